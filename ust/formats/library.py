@@ -1,0 +1,215 @@
+"""Declarations, templates, and the standard format library.
+
+The standard library lives in ``standard.ust`` (the DSL describing itself) and is parsed
+on first use, so ``import ust`` builds no parser.  Parsed single formats are cached by
+their text: a repeated :func:`format` of the same string is a dictionary look-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from ust.formats.model import FloorDiv, Format, LevelFormat, Mod, build_format
+from ust.grammar import ast
+from ust.runtime.errors import FormatError
+
+__all__ = [
+    "FormatTemplate",
+    "format",
+    "get",
+    "load_formats",
+    "names",
+    "parse_formats",
+    "resolve",
+    "standard_name_of",
+]
+
+
+@dataclass(frozen=True)
+class FormatTemplate:
+    """A parameterised declaration such as ``BSR[r, c]``; call or index it to instantiate."""
+
+    name: str
+    params: tuple[str, ...]
+    spec: ast.SpecAST = field(repr=False)
+
+    def __call__(self, *args: int) -> Format:
+        return self.instantiate(args)
+
+    def __getitem__(self, args: int | tuple[int, ...]) -> Format:
+        return self.instantiate(args if isinstance(args, tuple) else (args,))
+
+    def instantiate(self, args: tuple[int, ...]) -> Format:
+        if len(args) != len(self.params):
+            raise FormatError(
+                f"[template-arity] {self.name} takes {len(self.params)} parameters "
+                f"({', '.join(self.params)}), got {len(args)}",
+                rule="template-arity",
+            )
+        for a in args:
+            if isinstance(a, bool) or not isinstance(a, int):
+                raise FormatError(f"[bad-parameter] {self.name} parameters must be integers, got {a!r}", rule="bad-parameter")
+        return _instantiate(self, tuple(args))
+
+    def __repr__(self) -> str:
+        return f"FormatTemplate<{self.name}[{', '.join(self.params)}]>"
+
+
+@functools.lru_cache(maxsize=512)
+def _instantiate(template: FormatTemplate, args: tuple[int, ...]) -> Format:
+    label = f"{template.name}[{', '.join(map(str, args))}]"
+    return build_format(template.spec, dict(zip(template.params, args, strict=True)), name=label)
+
+
+def _from_file_ast(tree: ast.FileAST) -> dict[str, Format | FormatTemplate]:
+    out: dict[str, Format | FormatTemplate] = {}
+    for decl in tree.decls:
+        if decl.name in out:
+            raise FormatError(
+                f"[duplicate-declaration] format '{decl.name}' is declared twice (again at line {decl.line})",
+                rule="duplicate-declaration",
+            )
+        if len(set(decl.params)) != len(decl.params):
+            raise FormatError(
+                f"[duplicate-parameter] format '{decl.name}' repeats a parameter name (line {decl.line})",
+                rule="duplicate-parameter",
+            )
+        if decl.params:
+            out[decl.name] = FormatTemplate(decl.name, decl.params, decl.spec)
+        else:
+            out[decl.name] = build_format(decl.spec, name=decl.name)
+    return out
+
+
+def parse_formats(text: str) -> dict[str, Format | FormatTemplate]:
+    """Parse a file of declarations: a mapping name -> Format (or FormatTemplate)."""
+    from ust.grammar.parser import parse_file
+
+    return _from_file_ast(parse_file(text))
+
+
+def load_formats(path: str | os.PathLike[str]) -> dict[str, Format | FormatTemplate]:
+    """Read and parse a ``.ust`` file of declarations."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_formats(fh.read())
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_from_text(text: str) -> Format:
+    from ust.grammar.parser import parse_spec
+
+    return build_format(parse_spec(text))
+
+
+_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:[\[(]\s*([0-9,\s]*)[\])])?\s*$")
+
+
+def format(text: str) -> Format:  # noqa: A001 - the public name is ust.format
+    """Parse one format: a map ``(i, j) -> (...)``, an MLIR attribute, or a standard name.
+
+    >>> import ust
+    >>> ust.format("(r, c) -> (r : dense, c : compressed)").standard_name
+    'CSR'
+    """
+    if isinstance(text, Format):
+        return text
+    if not isinstance(text, str):
+        raise TypeError(f"ust.format expects a str, not {type(text).__name__}")
+    if _NAME_RE.match(text) and "->" not in text:
+        return get(text)
+    return _format_from_text(text)
+
+
+# ------------------------------------------------------------------------------ standard library
+
+
+@functools.cache
+def _standard() -> dict[str, Format | FormatTemplate]:
+    text = resources.files("ust.formats").joinpath("standard.ust").read_text(encoding="utf-8")
+    return parse_formats(text)
+
+
+def names() -> list[str]:
+    """Names of the standard formats and templates."""
+    return list(_standard())
+
+
+def get(name: str) -> Format:
+    """A standard format by name: ``"CSR"``, ``"BSR[2,3]"``, ``"BSR(2, 3)"``, ``"NM[2,4]"``."""
+    m = _NAME_RE.match(name)
+    lib = _standard()
+    if not m or m.group(1) not in lib:
+        raise FormatError(
+            f"[unknown-format] unknown standard format {name!r}; known: {', '.join(lib)} "
+            "(DSL text starts with '(' or '#sparse_tensor.encoding')",
+            rule="unknown-format",
+        )
+    entry = lib[m.group(1)]
+    raw_args = m.group(2)
+    if isinstance(entry, FormatTemplate):
+        if raw_args is None:
+            raise FormatError(
+                f"[template-arity] {entry.name} needs parameters, e.g. {entry.name}[{', '.join('2' * len(entry.params))}]",
+                rule="template-arity",
+            )
+        args = tuple(int(a) for a in raw_args.split(",") if a.strip())
+        return entry.instantiate(args)
+    if raw_args is not None:
+        raise FormatError(f"[template-arity] {entry.name} takes no parameters", rule="template-arity")
+    return entry
+
+
+def template(name: str) -> FormatTemplate:
+    """A standard template (``BSR``, ``BSC``, ``NM``) by name."""
+    entry = _standard().get(name)
+    if not isinstance(entry, FormatTemplate):
+        raise FormatError(f"[unknown-format] {name!r} is not a standard template", rule="unknown-format")
+    return entry
+
+
+def resolve(fmt: Any) -> Format:
+    """A Format from a Format, a standard name or DSL text (what every API accepts)."""
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str):
+        return format(fmt)
+    raise TypeError(f"a format must be a ust Format, a standard name or DSL text, not {type(fmt).__name__}")
+
+
+def _constants(fmt: Format) -> list[int]:
+    vals = {lv.expr.divisor for lv in fmt.levels if isinstance(lv.expr, (FloorDiv, Mod))}
+    for lv in fmt.levels:
+        if lv.format is LevelFormat.STRUCTURED:
+            vals |= {lv.type.n, lv.type.m}
+    return sorted(vals)
+
+
+@functools.lru_cache(maxsize=1024)
+def standard_name_of(fmt: Format) -> str | None:
+    """The standard name ``fmt`` equals structurally (templates with their arguments)."""
+    consts = _constants(fmt)
+    for nm, entry in _standard().items():
+        if isinstance(entry, Format):
+            if entry == fmt:
+                return nm
+            continue
+        for args in itertools.product(consts, repeat=len(entry.params)):
+            try:
+                cand = entry.instantiate(tuple(args))
+            except FormatError:
+                continue
+            if cand == fmt:
+                return f"{nm}[{', '.join(map(str, args))}]"
+    return None
+
+
+def standard_formats() -> Mapping[str, Format | FormatTemplate]:
+    """The whole standard library, name -> Format or FormatTemplate."""
+    return dict(_standard())

@@ -1,0 +1,105 @@
+"""Plain frozen syntax trees built by the parser.
+
+They record what was written (names, constants or parameter names, source positions)
+and nothing more; meaning and validation belong to :mod:`ust.formats.model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: A divisor or structured argument: an integer, or the name of a declaration parameter.
+Operand = int | str
+
+
+@dataclass(frozen=True)
+class DimExpr:
+    """A level expression that is one dimension: ``i``."""
+
+    dim: str
+
+
+@dataclass(frozen=True)
+class FloorDivExpr:
+    """``d floordiv c`` (also written ``d // c``)."""
+
+    dim: str
+    divisor: Operand
+
+
+@dataclass(frozen=True)
+class ModExpr:
+    """``d mod c`` (also written ``d % c``)."""
+
+    dim: str
+    divisor: Operand
+
+
+@dataclass(frozen=True)
+class AddExpr:
+    """``d1 + d2`` (anti-diagonals)."""
+
+    left: str
+    right: str
+
+
+@dataclass(frozen=True)
+class SubExpr:
+    """``d1 - d2`` (diagonals)."""
+
+    left: str
+    right: str
+
+
+LevelExprAST = DimExpr | FloorDivExpr | ModExpr | AddExpr | SubExpr
+
+
+@dataclass(frozen=True)
+class LevelAST:
+    """One ``expr : level_type(props)`` entry of a map."""
+
+    expr: LevelExprAST
+    type_name: str
+    properties: tuple[str, ...] = ()
+    structured: tuple[Operand, Operand] | None = None
+    line: int = 0
+    column: int = 0
+
+
+@dataclass(frozen=True)
+class MapAST:
+    """``(dims) -> (levels)``."""
+
+    dims: tuple[str, ...]
+    levels: tuple[LevelAST, ...]
+    line: int = 0
+    column: int = 0
+
+
+@dataclass(frozen=True)
+class EncodingAST:
+    """``#sparse_tensor.encoding<{ map = ..., key = value, ... }>``."""
+
+    map: MapAST
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+SpecAST = MapAST | EncodingAST
+
+
+@dataclass(frozen=True)
+class DeclAST:
+    """``format NAME[params] = spec``."""
+
+    name: str
+    params: tuple[str, ...]
+    spec: SpecAST
+    line: int = 0
+    column: int = 0
+
+
+@dataclass(frozen=True)
+class FileAST:
+    """A whole file of declarations."""
+
+    decls: tuple[DeclAST, ...] = field(default_factory=tuple)
