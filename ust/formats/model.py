@@ -56,9 +56,7 @@ STORES_CRD = frozenset(
     }
 )
 #: Level formats that accept the nonunique / nonordered properties.
-_TAKES_PROPERTIES = frozenset(
-    {LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.SINGLETON}
-)
+_TAKES_PROPERTIES = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.SINGLETON})
 _KNOWN_PROPERTIES = ("nonunique", "nonordered", "soa")
 
 
@@ -351,7 +349,7 @@ class Format:
 
 def _fail(rule: str, message: str, level: int | None = None, where: Any = None) -> FormatError:
     loc = ""
-    if where is not None and getattr(where, "line", 0):
+    if where is not None and getattr(where, "line", None):
         loc = f" (line {where.line}, column {where.column})"
     lvl = f"level {level}: " if level is not None else ""
     return FormatError(f"[{rule}] {lvl}{message}{loc}", rule=rule, level=level)
@@ -360,18 +358,24 @@ def _fail(rule: str, message: str, level: int | None = None, where: Any = None) 
 def _operand(value: ast.Operand, params: Mapping[str, int], k: int, where: Any) -> int:
     if isinstance(value, str):
         if value not in params:
-            raise _fail("unbound-parameter", f"'{value}' is neither a number nor a declared parameter", k, where)
+            raise _fail(
+                "unbound-parameter", f"'{value}' is neither a number nor a declared parameter", k, where
+            )
         value = params[value]
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail("bad-parameter", f"parameter value {value!r} is not an integer", k, where)
     return value
 
 
-def _build_expr(e: ast.LevelExprAST, index: Mapping[str, int], params: Mapping[str, int], k: int, where: Any) -> LevelExpr:
+def _build_expr(
+    e: ast.LevelExprAST, index: Mapping[str, int], params: Mapping[str, int], k: int, where: Any
+) -> LevelExpr:
     names = [e.dim] if isinstance(e, (ast.DimExpr, ast.FloorDivExpr, ast.ModExpr)) else [e.left, e.right]
     for nm in names:
         if nm not in index:
-            raise _fail("unknown-dimension", f"'{nm}' is not one of the dimensions ({', '.join(index)})", k, where)
+            raise _fail(
+                "unknown-dimension", f"'{nm}' is not one of the dimensions ({', '.join(index)})", k, where
+            )
     if isinstance(e, ast.DimExpr):
         return Dim(index[e.dim])
     if isinstance(e, (ast.FloorDivExpr, ast.ModExpr)):
@@ -391,11 +395,18 @@ def _build_type(lv: ast.LevelAST, params: Mapping[str, int], k: int) -> LevelTyp
         fmt = LevelFormat(lv.type_name)
     except ValueError:
         known = ", ".join(f.value for f in LevelFormat)
-        raise _fail("unknown-level-type", f"unknown level type '{lv.type_name}'; expected one of {known}", k, lv) from None
+        raise _fail(
+            "unknown-level-type", f"unknown level type '{lv.type_name}'; expected one of {known}", k, lv
+        ) from None
     props = lv.properties
     for p in props:
         if p not in _KNOWN_PROPERTIES:
-            raise _fail("unknown-property", f"unknown property '{p}'; expected one of {', '.join(_KNOWN_PROPERTIES)}", k, lv)
+            raise _fail(
+                "unknown-property",
+                f"unknown property '{p}'; expected one of {', '.join(_KNOWN_PROPERTIES)}",
+                k,
+                lv,
+            )
     if len(set(props)) != len(props):
         raise _fail("duplicate-property", f"a property is repeated in ({', '.join(props)})", k, lv)
     if props and fmt not in _TAKES_PROPERTIES:
@@ -408,7 +419,9 @@ def _build_type(lv: ast.LevelAST, params: Mapping[str, int], k: int) -> LevelTyp
         n, m = (_operand(x, params, k, lv) for x in lv.structured)
         if not 0 < n < m:
             raise _fail("structured-arguments", f"structured[n, m] needs 0 < n < m, got [{n}, {m}]", k, lv)
-    return LevelType(fmt, unique="nonunique" not in props, ordered="nonordered" not in props, n=n, m=m, soa="soa" in props)
+    return LevelType(
+        fmt, unique="nonunique" not in props, ordered="nonordered" not in props, n=n, m=m, soa="soa" in props
+    )
 
 
 def _check_structure(levels: Sequence[Level], lv_ast: Sequence[ast.LevelAST], names: Sequence[str]) -> None:
@@ -428,8 +441,7 @@ def _check_structure(levels: Sequence[Level], lv_ast: Sequence[ast.LevelAST], na
     for k in singles:
         parent = levels[k - 1] if k > 0 else None
         ok = parent is not None and (
-            parent.format is LevelFormat.SINGLETON
-            or (parent.format in STORES_POS and not parent.type.unique)
+            parent.format is LevelFormat.SINGLETON or (parent.format in STORES_POS and not parent.type.unique)
         )
         if not ok:
             raise _fail(
@@ -440,7 +452,9 @@ def _check_structure(levels: Sequence[Level], lv_ast: Sequence[ast.LevelAST], na
                 lv_ast[k],
             )
     if singles and len({levels[k].type.soa for k in singles}) > 1:
-        raise _fail("singleton-layout", "all singleton levels must agree on 'soa'", singles[-1], lv_ast[singles[-1]])
+        raise _fail(
+            "singleton-layout", "all singleton levels must agree on 'soa'", singles[-1], lv_ast[singles[-1]]
+        )
     # structured[n, m]: the last level, under dense levels only, applied to d mod m
     for k, lv in enumerate(levels):
         if lv.format is not LevelFormat.STRUCTURED:
@@ -448,7 +462,12 @@ def _check_structure(levels: Sequence[Level], lv_ast: Sequence[ast.LevelAST], na
         if k != len(levels) - 1:
             raise _fail("structured-last", "a structured level must be the last level", k, lv_ast[k])
         if not all(f is LevelFormat.DENSE for f in fmts[:k]):
-            raise _fail("structured-parents-dense", "every level before a structured level must be dense", k, lv_ast[k])
+            raise _fail(
+                "structured-parents-dense",
+                "every level before a structured level must be dense",
+                k,
+                lv_ast[k],
+            )
         if not (isinstance(lv.expr, Mod) and lv.expr.divisor == lv.type.m):
             raise _fail(
                 "structured-mod",
@@ -485,7 +504,9 @@ def _check_structure(levels: Sequence[Level], lv_ast: Sequence[ast.LevelAST], na
             )
 
 
-def _invert(levels: Sequence[Level], names: Sequence[str], lv_ast: Sequence[ast.LevelAST]) -> tuple[tuple[int, _Recipe], ...]:
+def _invert(
+    levels: Sequence[Level], names: Sequence[str], lv_ast: Sequence[ast.LevelAST]
+) -> tuple[tuple[int, _Recipe], ...]:
     ndim = len(names)
     recipes: dict[int, _Recipe] = {}
     owner: dict[int, int] = {}  # dim -> level that first stored it
@@ -533,9 +554,19 @@ def _invert(levels: Sequence[Level], names: Sequence[str], lv_ast: Sequence[ast.
             continue
         a, b = e.left, e.right
         if a in recipes and b in recipes:
-            raise _fail("dimension-stored-twice", f"both dimensions of '{e.to_text(names)}' are stored elsewhere", k, lv_ast[k])
+            raise _fail(
+                "dimension-stored-twice",
+                f"both dimensions of '{e.to_text(names)}' are stored elsewhere",
+                k,
+                lv_ast[k],
+            )
         if a not in recipes and b not in recipes:
-            raise _fail("not-invertible", f"'{e.to_text(names)}' cannot be inverted: neither dimension is stored on its own", k, lv_ast[k])
+            raise _fail(
+                "not-invertible",
+                f"'{e.to_text(names)}' cannot be inverted: neither dimension is stored on its own",
+                k,
+                lv_ast[k],
+            )
         if isinstance(e, Sub):
             rec: _Recipe = ("sub_left", k, b) if a not in recipes else ("sub_right", k, a)
             target = a if a not in recipes else b

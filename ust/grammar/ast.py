@@ -103,3 +103,47 @@ class FileAST:
     """A whole file of declarations."""
 
     decls: tuple[DeclAST, ...] = field(default_factory=tuple)
+
+
+# ------------------------------------------------------------------------- epilogue expressions
+
+
+@dataclass(frozen=True)
+class Num:
+    """A numeric literal."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Var:
+    """A name: the op's value (``y``) or a named scalar parameter."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """``left op right`` for op in + - * / ** and the comparisons."""
+
+    op: str
+    left: ExprAST
+    right: ExprAST
+
+
+@dataclass(frozen=True)
+class Neg:
+    """``-operand``."""
+
+    operand: ExprAST
+
+
+@dataclass(frozen=True)
+class Call:
+    """``fn(args...)``: min, max, abs, exp, log, sqrt, where, ..."""
+
+    fn: str
+    args: tuple[ExprAST, ...]
+
+
+ExprAST = Num | Var | BinOp | Neg | Call
