@@ -45,7 +45,9 @@ def _run_check(args: argparse.Namespace) -> int:
             for k, lv in enumerate(f.levels):
                 names = f.dim_names
                 bufs = [b for b, on in (("pos", lv.type.stores_pos), ("crd", lv.type.stores_crd)) if on]
-                print(f"    level {k}: {lv.expr.to_text(names):<16} {lv.type.to_text():<28} buffers: {', '.join(bufs) or '-'}")
+                print(
+                    f"    level {k}: {lv.expr.to_text(names):<16} {lv.type.to_text():<28} buffers: {', '.join(bufs) or '-'}"
+                )
     return 0
 
 
@@ -57,7 +59,9 @@ format RowBlocks4 = (i, j) -> (i : compressed, j floordiv 4 : compressed, j mod 
 
 def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", help="a Matrix Market file to use instead of the generated Poisson matrix")
-    p.add_argument("--n", type=int, default=20, help="grid points per side of the generated 3-D Poisson matrix")
+    p.add_argument(
+        "--n", type=int, default=20, help="grid points per side of the generated 3-D Poisson matrix"
+    )
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -100,8 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in _COMMANDS.items():
-        p = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=f"example:\n  {cmd.example}",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=cmd.help,
+            description=cmd.help,
+            epilog=f"example:\n  {cmd.example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         cmd.configure(p)
     return parser
 
