@@ -12,6 +12,7 @@ __all__ = [
     "BackendUnavailableError",
     "DeviceError",
     "FormatError",
+    "InvalidStateError",
     "ShapeError",
     "SingularMatrixError",
     "SolverAccuracyError",
@@ -64,6 +65,10 @@ class ShapeError(UstError, ValueError):
 
 class DeviceError(UstError, ValueError):
     """Operands on different devices, or a device that cannot be used."""
+
+
+class InvalidStateError(UstError, RuntimeError):
+    """A stateful operation used out of order (e.g. executed before plan() or after free())."""
 
 
 class SingularMatrixError(UstError, ArithmeticError):
