@@ -1,0 +1,119 @@
+"""The planner's rule table: data, not if-chains.
+
+Each :class:`Rule` says: for this op on this device, for these format classes, dtypes and
+index widths, when this named condition holds, take this route -- and why.  The first rule
+that matches wins; with autotuning every matching rule is a candidate.  The same table
+drives ``UnsupportedError`` messages (what *is* supported) and the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ANY", "CONDITIONS", "RULES", "Problem", "Rule"]
+
+ANY: frozenset[str] = frozenset({"*"})
+FLOATS = frozenset({"float32", "float64", "complex64", "complex128"})
+ALL_VALUES = FLOATS | frozenset({"float16", "int8", "int16", "int32", "int64", "uint8"})
+INDEX = frozenset({"int32", "int64"})
+LIBRARY_FORMATS_CPU = frozenset({"CSR", "CSC", "COO", "BSR", "DIA"})  # scipy has a kernel for each
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the planner knows about one operation, before touching any data."""
+
+    op: str  # "spmv" | "spmm" | "ttv" | ...
+    device: str  # "cpu" | "cuda"
+    format_class: str  # "CSR", "BSR", ..., "OTHER"
+    format_params: tuple[int, ...]
+    canonical: bool
+    dtype: str
+    index_dtype: str
+    plain: bool  # alpha == 1 and beta == 0, no epilogue
+    has_compiler: bool = True
+    ndim: int = 2
+    batched: bool = False
+    epilog: bool = False
+
+
+def _square_blocks(p: Problem) -> bool:
+    return len(p.format_params) == 2 and p.format_params[0] == p.format_params[1] and p.format_params[0] > 1
+
+
+#: Named conditions a rule may require (kept small and obvious).
+CONDITIONS: dict[str, Callable[[Problem], bool]] = {
+    "always": lambda p: True,
+    "canonical": lambda p: p.canonical,
+    "canonical_square_blocks": lambda p: p.canonical and _square_blocks(p),
+    "plain": lambda p: p.plain,
+    "compiler": lambda p: p.has_compiler,
+    "no_compiler": lambda p: not p.has_compiler,
+    "plain_or_no_compiler": lambda p: p.plain or not p.has_compiler,
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    op: str
+    device: str
+    formats: frozenset[str]
+    route: str
+    reason: str
+    dtypes: frozenset[str] = FLOATS
+    index_dtypes: frozenset[str] = INDEX
+    when: str = "always"
+    convert_to: str | None = None
+
+    def matches(self, p: Problem) -> bool:
+        return (
+            self.op == p.op
+            and self.device == p.device
+            and (self.formats is ANY or p.format_class in self.formats)
+            and p.dtype in self.dtypes
+            and p.index_dtype in self.index_dtypes
+            and CONDITIONS[self.when](p)
+        )
+
+    def describe(self) -> dict[str, Any]:
+        fmts = "any format" if self.formats is ANY else ", ".join(sorted(self.formats))
+        return {"op": self.op, "device": self.device, "formats": fmts, "route": self.route, "when": self.when}
+
+
+def _matmul_rules(op: str) -> tuple[Rule, ...]:
+    lib = "SpMV" if op == "spmv" else "SpMM"
+    return (
+        # ---- GPU
+        Rule(op, "cuda", frozenset({"DIA"}), "generated-cuda",
+             f"DIA has no cuSPARSE {lib}; the generated kernel reads x coalesced along each diagonal "
+             "and moves no column indices, so it beats converting to CSR for cuSPARSE"),
+        Rule(op, "cuda", frozenset({"CSR", "CSC", "COO"}), "cusparse",
+             f"cuSPARSE generic {lib} supports {{fmt}} with {{dtype}} values and fuses alpha/beta",
+             when="canonical"),
+        Rule(op, "cuda", frozenset({"BSR"}), "cusparse",
+             f"cuSPARSE generic {lib} supports BSR with square blocks larger than 1",
+             when="canonical_square_blocks"),
+        Rule(op, "cuda", ANY, "generated-cuda",
+             f"no library {lib} for this storage: a CUDA kernel generated for exactly its levels"),
+        # ---- CPU
+        Rule(op, "cpu", LIBRARY_FORMATS_CPU, "scipy",
+             f"SciPy has a compiled {lib} kernel for {{fmt}}; alpha=1, beta=0 need no fusion",
+             when="plain_or_no_compiler", dtypes=ALL_VALUES),
+        Rule(op, "cpu", ANY, "generated-c",
+             "a C kernel generated for exactly this storage, alpha/beta (and epilogue) fused into one pass",
+             when="compiler"),
+        Rule(op, "cpu", ANY, "convert-scipy",
+             "no C compiler on this machine: convert to CSR once, then SciPy's kernel (alpha/beta applied in place)",
+             when="no_compiler", convert_to="CSR", dtypes=ALL_VALUES),
+    )  # fmt: skip
+
+
+RULES: tuple[Rule, ...] = (
+    *_matmul_rules("spmv"),
+    *_matmul_rules("spmm"),
+    Rule("ttv", "cuda", ANY, "generated-cuda", "tensor-times-vector on the last mode: a generated kernel"),
+    Rule("ttv", "cpu", ANY, "generated-c", "tensor-times-vector on the last mode: a generated C kernel",
+         when="compiler"),
+)  # fmt: skip
