@@ -65,7 +65,10 @@ class FormatTemplate:
 @functools.lru_cache(maxsize=512)
 def _instantiate(template: FormatTemplate, args: tuple[int, ...]) -> Format:
     label = f"{template.name}[{', '.join(map(str, args))}]"
-    return build_format(template.spec, dict(zip(template.params, args, strict=True)), name=label)
+    try:
+        return build_format(template.spec, dict(zip(template.params, args, strict=True)), name=label)
+    except FormatError as err:  # name the instance: the line/column are in the declaration
+        raise FormatError(f"{label}: {err}", rule=err.rule, level=err.level) from None
 
 
 def _from_file_ast(tree: ast.FileAST) -> dict[str, Format | FormatTemplate]:
@@ -108,7 +111,22 @@ def _format_from_text(text: str) -> Format:
     return build_format(parse_spec(text))
 
 
-_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:[\[(]\s*([0-9,\s]*)[\])])?\s*$")
+# A standard name, optionally with template arguments in [...] or (...): "BSR[2, 3]", "BSR(2,3)".
+_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))?\s*$")
+_INT_RE = re.compile(r"\s*[0-9]+\s*")
+
+
+def _template_args(name: str, raw: str) -> tuple[int, ...]:
+    """``"2, 3"`` -> ``(2, 3)``; anything but comma-separated integers is a FormatError."""
+    if not raw.strip():
+        return ()
+    pieces = raw.split(",")
+    if not all(_INT_RE.fullmatch(p) for p in pieces):
+        raise FormatError(
+            f"[bad-parameter] {name}: template arguments must be comma-separated integers, got {raw!r}",
+            rule="bad-parameter",
+        )
+    return tuple(int(p) for p in pieces)
 
 
 def format(text: str) -> Format:  # noqa: A001 - the public name is ust.format
@@ -152,15 +170,14 @@ def get(name: str) -> Format:
             rule="unknown-format",
         )
     entry = lib[m.group(1)]
-    raw_args = m.group(2)
+    raw_args = m.group(2) if m.group(2) is not None else m.group(3)
     if isinstance(entry, FormatTemplate):
         if raw_args is None:
             raise FormatError(
                 f"[template-arity] {entry.name} needs parameters, e.g. {entry.name}[{', '.join('2' * len(entry.params))}]",
                 rule="template-arity",
             )
-        args = tuple(int(a) for a in raw_args.split(",") if a.strip())
-        return entry.instantiate(args)
+        return entry.instantiate(_template_args(entry.name, raw_args))
     if raw_args is not None:
         raise FormatError(f"[template-arity] {entry.name} takes no parameters", rule="template-arity")
     return entry
