@@ -11,7 +11,7 @@ from typing import Any
 
 from ust.formats.library import (
     FormatTemplate,
-    format,
+    format,  # noqa: A004 - the public name is ust.formats.format
     get,
     load_formats,
     names,

@@ -547,7 +547,7 @@ def _invert(
                     k,
                     lv_ast[k],
                 )
-    order: list[int] = [d for d in recipes]
+    order: list[int] = list(recipes)
     for k, lv in enumerate(levels):
         e = lv.expr
         if not isinstance(e, (Add, Sub)):
@@ -581,6 +581,29 @@ def _invert(
     return tuple((d, recipes[d]) for d in order)
 
 
+#: The other keys of MLIR's ``#sparse_tensor.encoding`` (kept in ``Format.attributes``) and
+#: the bit widths MLIR accepts for positions and coordinates (0 = the index width).
+_ATTRIBUTE_KEYS = ("posWidth", "crdWidth", "explicitVal", "implicitVal")
+_BITWIDTHS = ("0", "8", "16", "32", "64")
+
+
+def _check_attributes(attributes: Sequence[tuple[str, str]], where: Any) -> None:
+    """MLIR's rules for the attribute keys: a misspelt key must not be silently ignored."""
+    seen: set[str] = set()
+    for key, value in attributes:
+        if key not in _ATTRIBUTE_KEYS:
+            raise _fail(
+                "unknown-attribute",
+                f"unknown #sparse_tensor.encoding key '{key}'; expected map, {', '.join(_ATTRIBUTE_KEYS)}",
+                where=where,
+            )
+        if key in seen:
+            raise _fail("duplicate-attribute", f"'{key}' is given twice", where=where)
+        seen.add(key)
+        if key in ("posWidth", "crdWidth") and value not in _BITWIDTHS:
+            raise _fail("bitwidth", f"{key} must be one of {', '.join(_BITWIDTHS)}, got {value}", where=where)
+
+
 def build_format(
     spec: ast.SpecAST,
     params: Mapping[str, int] | None = None,
@@ -593,6 +616,7 @@ def build_format(
     if isinstance(spec, ast.EncodingAST):
         attributes = spec.attributes
         spec = spec.map
+        _check_attributes(attributes, spec)
     names = spec.dims
     seen: set[str] = set()
     for nm in names:
