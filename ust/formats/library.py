@@ -71,6 +71,21 @@ def _instantiate(template: FormatTemplate, args: tuple[int, ...]) -> Format:
         raise FormatError(f"{label}: {err}", rule=err.rule, level=err.level) from None
 
 
+def _check_parameters_bound(decl: ast.DeclAST) -> None:
+    """A template's names must be its parameters: say so when it is declared, not used."""
+    spec = decl.spec.map if isinstance(decl.spec, ast.EncodingAST) else decl.spec
+    for k, lv in enumerate(spec.levels):
+        operands = [getattr(lv.expr, "divisor", 0), *(lv.structured or ())]
+        for name in operands:
+            if isinstance(name, str) and name not in decl.params:
+                raise FormatError(
+                    f"[unbound-parameter] level {k}: '{name}' is not a parameter of "
+                    f"{decl.name}[{', '.join(decl.params)}] (line {lv.line}, column {lv.column})",
+                    rule="unbound-parameter",
+                    level=k,
+                )
+
+
 def _from_file_ast(tree: ast.FileAST) -> dict[str, Format | FormatTemplate]:
     out: dict[str, Format | FormatTemplate] = {}
     for decl in tree.decls:
@@ -85,6 +100,7 @@ def _from_file_ast(tree: ast.FileAST) -> dict[str, Format | FormatTemplate]:
                 rule="duplicate-parameter",
             )
         if decl.params:
+            _check_parameters_bound(decl)
             out[decl.name] = FormatTemplate(decl.name, decl.params, decl.spec)
         else:
             out[decl.name] = build_format(decl.spec, name=decl.name)
