@@ -1,0 +1,518 @@
+"""``alpha * A @ B + beta * C`` for a sparse A: the stateful ``Matmul`` and the one-shot ``matmul``.
+
+The planner picks the route (:mod:`ust.plan.rules`); this module moves operands to the
+execution space, prepares the chosen executor once (``plan``), times the candidates
+(``autotune``), runs it (``execute``) and hands the result back in the package and memory
+space of ``B``.  The fused form is always one library call or one generated kernel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ust.plan import Problem, classify, decide
+from ust.plan.planner import c_compiler_available
+from ust.plan.rules import Rule
+from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.log import get_logger
+from ust.runtime.spaces import (
+    ExecutionSpace,
+    log_placement,
+    operand_package,
+    operand_space,
+    resolve_space,
+    to_package,
+    to_space,
+)
+from ust.runtime.stateful import StatefulOperation
+
+__all__ = ["Matmul", "matmul", "matmul_problem"]
+
+_log = get_logger("ops.matmul")
+
+
+def _as_tensor(a: Any) -> Any:
+    from ust.tensor import Tensor, asarray
+
+    return a if isinstance(a, Tensor) else asarray(a)
+
+
+def _dense_shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in x.shape)
+
+
+def _dtype_name(x: Any) -> str:
+    dt = getattr(x, "dtype", None)
+    return str(np.dtype(str(dt).replace("torch.", ""))) if dt is not None else "float64"
+
+
+def matmul_problem(
+    a: Any, b_shape: tuple[int, ...], dtype: str, space: ExecutionSpace, plain: bool
+) -> Problem:
+    """The planner's view of ``A @ B``: op, device, format class, dtypes."""
+    fc = classify(a.format)
+    batched = _is_batched(a)
+    op = "ttv" if a.ndim == 3 and not batched else ("spmv" if len(b_shape) == 1 else "spmm")
+    return Problem(
+        op=op,
+        device=space.kind,
+        format_class=fc.name,
+        format_params=fc.params,
+        canonical=fc.canonical,
+        dtype=dtype,
+        index_dtype=str(np.dtype(a.index_dtype)),
+        plain=plain,
+        has_compiler=c_compiler_available() if space.kind == "cpu" else True,
+        ndim=a.ndim,
+        batched=batched,
+    )
+
+
+def _is_batched(a: Any) -> bool:
+    return any(lv.format.value == "batch" for lv in a.format.levels)
+
+
+def result_shape(a: Any, bshape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of ``A @ B``, or ShapeError.
+
+    A (m, n) @ B (n,) or (n, k); batched A (B, m, n) @ B (B, n) or (B, n, k); a 3-D A
+    (m, n, p) times a vector (p,) on its last mode (tensor-times-vector).
+    """
+    shape = tuple(int(s) for s in a.shape)
+    if a.ndim == 2 and len(bshape) in (1, 2) and bshape[0] == shape[1]:
+        return (shape[0], *bshape[1:])
+    if a.ndim == 3 and _is_batched(a):
+        if len(bshape) in (2, 3) and bshape[0] == shape[0] and bshape[1] == shape[2]:
+            return (shape[0], shape[1], *bshape[2:])
+    elif a.ndim == 3 and len(bshape) == 1 and bshape[0] == shape[2]:
+        return shape[:2]
+    raise ShapeError(
+        f"cannot multiply A of shape {shape} ({a.ndim}-D) by B of shape {bshape}: extents do not match"
+    )
+
+
+# Route name -> factory(matmul) -> executor with .run(b, c, out, stream) and optional .free().
+_FACTORIES: dict[str, Callable[[Matmul, Rule, Any], Any]] = {}
+
+
+def route_factory(
+    name: str,
+) -> Callable[[Callable[[Matmul, Rule, Any], Any]], Callable[[Matmul, Rule, Any], Any]]:
+    def register(fn: Callable[[Matmul, Rule, Any], Any]) -> Callable[[Matmul, Rule, Any], Any]:
+        _FACTORIES[name] = fn
+        return fn
+
+    return register
+
+
+class _Adapt:
+    """Gives a ``run(b, c, out)`` executor the ``run(b, c, out, stream)`` signature."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
+        return self.inner.run(b, c, out)
+
+
+@route_factory("scipy")
+def _scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
+    from ust.backends.cpu.scipy_routes import ScipyMatmul
+
+    return _Adapt(ScipyMatmul(m.a, m.alpha, m.beta))
+
+
+@route_factory("convert-scipy")
+def _convert_scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
+    from ust.backends.cpu.scipy_routes import ScipyMatmul
+
+    _log.warning("no C compiler found: converting %s to %s and using SciPy", m.a.format, rule.convert_to)
+    return _Adapt(ScipyMatmul(m.a.convert(rule.convert_to), m.alpha, m.beta))
+
+
+@route_factory("cusparse")
+def _cusparse(m: Matmul, rule: Rule, variant: Any) -> Any:
+    from ust.backends.cuda.cusparse_routes import CusparseMatmul
+
+    fc = classify(m.a.format)
+    return CusparseMatmul(
+        m.a, fc.name, fc.params, m.b, m.out, m.alpha, m.beta, variant, m.space.device_id or 0
+    )
+
+
+@route_factory("generated-c")
+def _generated_c(m: Matmul, rule: Rule, variant: Any) -> Any:
+    from ust.codegen.runtime import generated_matmul
+
+    return generated_matmul(m, "c", variant)
+
+
+@route_factory("generated-cuda")
+def _generated_cuda(m: Matmul, rule: Rule, variant: Any) -> Any:
+    from ust.codegen.runtime import generated_matmul
+
+    return generated_matmul(m, "cuda", variant)
+
+
+class Matmul(StatefulOperation):
+    """Stateful ``alpha * A @ B + beta * C`` (A sparse in any format; B, C dense).
+
+    >>> import numpy as np, scipy.sparse as sp, ust
+    >>> A = sp.random_array((50, 40), density=0.1, format="csr", random_state=0)
+    >>> x = np.ones(40)
+    >>> with ust.Matmul(A, x, alpha=2.0) as mm:
+    ...     _ = mm.plan()
+    ...     y = mm.execute()
+    >>> bool(np.allclose(y, 2.0 * (A @ x)))
+    True
+    """
+
+    kind = "matmul"
+
+    def __init__(
+        self,
+        a: Any,
+        b: Any,
+        c: Any = None,
+        *,
+        alpha: complex = 1.0,
+        beta: complex = 0.0,
+        execution: Any = None,
+        options: dict[str, Any] | None = None,
+        stream: Any = None,
+    ) -> None:
+        super().__init__()
+        self.options = dict(options or {})
+        self.alpha, self.beta = alpha, beta
+        self._stream_arg = stream
+        self.space = resolve_space({"a": a, "b": b, "c": c}, execution)
+        self._b_package = operand_package(b)
+        self._b_space = operand_space(b)
+        self.a = _as_tensor(a)
+        self._check(self.a, b, c)
+        self._b_in, self._c_in = b, c
+        self.dtype = str(
+            np.result_type(
+                np.dtype(self.a.dtype),
+                np.dtype(_dtype_name(b)),
+                *([np.dtype(_dtype_name(c))] if c is not None else []),
+            )
+        )
+        if beta == 0:
+            self._c_in = None
+        plain = alpha == 1 and (beta == 0 or c is None)
+        self.problem = matmul_problem(self.a, _dense_shape(b), self.dtype, self.space, plain)
+        self.decision = decide(self.problem)
+        self.executor: Any = None
+        self.variant: Any = self.options.get("variant")
+        self._result: Any = None
+
+    # ------------------------------------------------------------------------------ checks
+    def _check(self, a: Any, b: Any, c: Any) -> None:
+        want = result_shape(a, _dense_shape(b))
+        if c is not None and _dense_shape(c) != want:
+            raise ShapeError(f"C has shape {_dense_shape(c)} but alpha * A @ B has shape {want}")
+
+    @staticmethod
+    def _result_shape(a: Any, bshape: tuple[int, ...]) -> tuple[int, ...]:
+        return result_shape(a, bshape)
+
+    # ------------------------------------------------------------------------------ phases
+    def _move_operands(self) -> None:
+        log_placement(_log, self._b_space, self.space)
+        t0 = time.perf_counter()
+        self.a = self.a.to(str(self.space)) if str(self.a.device) != str(self.space) else self.a
+        moved_b = (
+            to_space(self._b_in, self.space)
+            if operand_package(self._b_in) != "torch"
+            else to_package(self._b_in, "cupy" if self.space.is_cuda else "numpy", self.space)
+        )
+        self.b = moved_b.array
+        self.c = None
+        if self._c_in is not None:
+            self.c = to_package(self._c_in, "cupy" if self.space.is_cuda else "numpy", self.space).array
+        if moved_b.nbytes:
+            _log.info(
+                "moved %d bytes of B to %s in %.3f ms",
+                moved_b.nbytes,
+                self.space.describe(),
+                1e3 * (time.perf_counter() - t0),
+            )
+        xp = self._xp()
+        shape = self._result_shape(self.a, _dense_shape(self.b))
+        order = (
+            "F"
+            if getattr(self.b, "ndim", 1) == 2 and not self.b.flags.c_contiguous and self.b.flags.f_contiguous
+            else "C"
+        )
+        self.out = xp.empty(shape, dtype=self.dtype, order=order)
+        if self.b.dtype != np.dtype(self.dtype):
+            self.b = self.b.astype(self.dtype)
+
+    def _xp(self) -> Any:
+        if self.space.is_cuda:
+            from ust.backends.cuda.arrays import import_cupy
+
+            return import_cupy()
+        return np
+
+    def _build(self, rule: Rule, variant: Any) -> Any:
+        t0 = time.perf_counter()
+        ex = _FACTORIES[rule.route](self, rule, variant)
+        _log.info("route %s prepared in %.3f ms", rule.route, 1e3 * (time.perf_counter() - t0))
+        return ex
+
+    def _plan(self) -> Any:
+        self._move_operands()
+        d = self.decision
+        _log.info("route for %s: %s (%s)", self.problem.op, d.route, d.reason)
+        self.executor = self._build(d.rule, self.variant)
+        return self
+
+    def _stream(self) -> int:
+        if not self.space.is_cuda:
+            return 0
+        from ust.runtime.streams import current_stream, stream_pointer
+
+        return stream_pointer(
+            self._stream_arg if self._stream_arg is not None else current_stream("cupy", self.space.device_id)
+        )
+
+    def _execute(self, **kwargs: Any) -> Any:
+        out = self.executor.run(self.b, self.c, self.out, self._stream())
+        return self._deliver(out)
+
+    def _deliver(self, out: Any) -> Any:
+        """The result in B's package and memory space (copied only when spaces differ)."""
+        if (
+            self._b_package in ("numpy", "cupy")
+            and operand_space(out) == self._b_space
+            and operand_package(out) == self._b_package
+        ):
+            return out
+        return to_package(
+            out, self._b_package if self._b_package != "scipy" else "numpy", self._b_space
+        ).array
+
+    def autotune(self, iterations: int = 5) -> dict[str, float]:
+        """Time every candidate route (and variant) on the real operands; keep the fastest."""
+        self._require("autotune", "plan")
+        timings: dict[str, float] = {}
+        best: tuple[float, Any, Rule, Any] | None = None
+        for rule in (self.decision.rule, *self.decision.alternatives):
+            for variant in self._variants(rule):
+                try:
+                    ex = self._build(rule, variant)
+                except Exception as exc:  # a candidate that cannot run here is skipped, not fatal
+                    _log.info("autotune: %s/%s unavailable (%s)", rule.route, variant, exc)
+                    continue
+                t = self._time(ex, iterations)
+                timings[f"{rule.route}:{variant}"] = t
+                if best is None or t < best[0]:
+                    best = (t, ex, rule, variant)
+                elif hasattr(ex, "free"):
+                    ex.free()
+        if best is not None:
+            if self.executor is not best[1] and hasattr(self.executor, "free"):
+                self.executor.free()
+            _, self.executor, rule, self.variant = best
+            self.decision = type(self.decision)(
+                self.problem,
+                rule,
+                rule.reason.format(fmt=self.problem.format_class, dtype=self.dtype)
+                + " (fastest when autotuned)",
+            )
+            _log.info("autotune chose %s variant %s: %s", rule.route, self.variant, timings)
+        return timings
+
+    def _variants(self, rule: Rule) -> tuple[Any, ...]:
+        if rule.route == "cusparse":
+            from ust.backends.cuda import cusparse
+
+            table = cusparse.SPMV_ALGORITHMS if self.problem.op == "spmv" else cusparse.SPMM_ALGORITHMS
+            return table.get(self.problem.format_class, (None,))
+        if rule.route.startswith("generated"):
+            from ust.codegen.runtime import variants
+
+            return tuple(variants(self, rule.route))
+        return (None,)
+
+    def _time(self, ex: Any, iterations: int) -> float:
+        stream = self._stream()
+        ex.run(self.b, self.c, self.out, stream)  # warm up (and compile)
+        if self.space.is_cuda:
+            import cupy
+
+            s = cupy.cuda.get_current_stream()
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(s)
+            for _ in range(iterations):
+                ex.run(self.b, self.c, self.out, stream)
+            stop.record(s)
+            stop.synchronize()
+            return float(cupy.cuda.get_elapsed_time(start, stop)) / 1e3 / iterations
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            ex.run(self.b, self.c, self.out, stream)
+        return (time.perf_counter() - t0) / iterations
+
+    def _reset_operands(self, **operands: Any) -> None:
+        a, b, c = operands.get("a"), operands.get("b"), operands.get("c")
+        if a is not None:
+            new = _as_tensor(a)
+            if (
+                new.format != self.a.format
+                or tuple(new.shape) != tuple(self.a.shape)
+                or new.dtype != self.a.dtype
+            ):
+                raise ShapeError("reset_operands: A must keep its format, shape and dtype")
+            self.a = new
+        if b is not None:
+            if _dense_shape(b) != _dense_shape(self._b_in):
+                raise ShapeError(f"reset_operands: B must keep its shape {_dense_shape(self._b_in)}")
+            self._b_in = b
+        if c is not None:
+            if self._c_in is None or _dense_shape(c) != _dense_shape(self._c_in):
+                raise ShapeError("reset_operands: C must keep its shape (and was given at construction)")
+            self._c_in = c
+        if self.is_planned:
+            self._unchecked(a is not None)
+
+    def reset_operands_unchecked(self, **operands: Any) -> None:
+        """Swap operands without any checks (the caller guarantees shapes, dtypes and spaces)."""
+        if "b" in operands:
+            self._b_in = operands["b"]
+        if "c" in operands:
+            self._c_in = operands["c"]
+        if "a" in operands:
+            self.a = _as_tensor(operands["a"])
+        self._unchecked("a" in operands)
+
+    def _unchecked(self, rebuild: bool) -> None:
+        self._move_operands()
+        if rebuild or not self.space.is_cuda:
+            if hasattr(self.executor, "free"):
+                self.executor.free()
+            self.executor = self._build(self.decision.rule, self.variant)
+
+    def _free(self) -> None:
+        if self.executor is not None and hasattr(self.executor, "free"):
+            self.executor.free()
+        self.executor = None
+
+    # ------------------------------------------------------------------------------ saved plans
+    def _plan_payload(self) -> dict[str, Any]:
+        return {
+            "route": self.decision.route,
+            "variant": self.variant,
+            "format": self.a.format.to_text(),
+            "shape": list(self.a.shape),
+            "dtype": self.dtype,
+            "op": self.problem.op,
+        }
+
+    def _plan_device(self) -> str:
+        if not self.space.is_cuda:
+            return "cpu"
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(self.space.device_id or 0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        return f"cuda {name}"
+
+    def _plan_versions(self) -> dict[str, str]:
+        import scipy
+
+        v = {"numpy": np.__version__, "scipy": scipy.__version__}
+        if self.space.is_cuda:
+            import cupy
+
+            v["cupy"] = cupy.__version__
+            v["cuda_runtime"] = str(cupy.cuda.runtime.runtimeGetVersion())
+        return v
+
+    @classmethod
+    def load_plan(cls, path: Any, a: Any, b: Any, c: Any = None, **kwargs: Any) -> Matmul:
+        """A planned Matmul reusing a saved route/variant choice (re-plans, with a warning, on a mismatch)."""
+        mm = cls(a, b, c, **kwargs)
+        saved = cls.read_plan(path, device=mm._plan_device(), versions=mm._plan_versions())
+        if (
+            saved is not None
+            and saved.get("format") == mm.a.format.to_text()
+            and saved.get("op") == mm.problem.op
+        ):
+            for rule in (mm.decision.rule, *mm.decision.alternatives):
+                if rule.route == saved["route"]:
+                    mm.decision = type(mm.decision)(
+                        mm.problem,
+                        rule,
+                        rule.reason.format(fmt=mm.problem.format_class, dtype=mm.dtype)
+                        + " (from a saved plan)",
+                    )
+                    mm.variant = saved.get("variant")
+                    break
+        elif saved is not None:
+            _log.warning("the saved plan is for another format or op; planning afresh")
+        mm.plan()
+        return mm
+
+    def explain(self) -> str:
+        """The plan as text: route, reason, placement and the other candidates."""
+        return explain_decision(self.decision, self.space, self._b_space, self.a)
+
+
+def explain_decision(decision: Any, space: ExecutionSpace, operands_space: ExecutionSpace, a: Any) -> str:
+    p = decision.problem
+    lines = [
+        f"operation: {p.op} (alpha * A @ B + beta * C)",
+        f"A: {a.format.standard_name or 'custom'} {a.format.to_text()}  shape {tuple(a.shape)}  {a.dtype} values, {np.dtype(a.index_dtype)} indices",
+        f"operands in {operands_space.describe()} memory; execution space: {space.describe()}",
+        f"route: {decision.route}",
+        f"reason: {decision.reason}",
+    ]
+    if decision.rule.convert_to:
+        lines.append(f"conversion: A -> {decision.rule.convert_to} once, at plan time")
+    if operands_space != space:
+        lines.append(
+            f"transfers: operands to {space.describe()} at plan time, the result back after each execute"
+        )
+    if decision.alternatives:
+        lines.append(
+            "other candidates (autotune times them): " + ", ".join(r.route for r in decision.alternatives)
+        )
+    return "\n".join(lines)
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    execution: Any = None,
+    options: dict[str, Any] | None = None,
+    stream: Any = None,
+) -> Any:
+    """One-shot ``alpha * A @ B + beta * C``; the result comes back in B's package and memory space.
+
+    >>> import numpy as np, scipy.sparse as sp, ust
+    >>> A = sp.random_array((30, 20), density=0.2, format="csr", random_state=1)
+    >>> bool(np.allclose(ust.matmul(A, np.ones(20), alpha=0.5), 0.5 * (A @ np.ones(20))))
+    True
+    """
+    with Matmul(a, b, c, alpha=alpha, beta=beta, execution=execution, options=options, stream=stream) as mm:
+        mm.plan()
+        return mm.execute()
+
+
+def explain_matmul(a: Any, b: Any, c: Any = None, **kwargs: Any) -> str:
+    return Matmul(a, b, c, **kwargs).explain()
+
+
+def _unsupported_route(name: str) -> UnsupportedError:
+    return UnsupportedError(f"route {name!r} is not available")
