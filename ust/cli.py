@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ust.runtime.errors import UstError
 
@@ -32,7 +33,7 @@ def _run_check(args: argparse.Namespace) -> int:
     from ust.formats import FormatTemplate, parse_formats
 
     for path in args.files:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         decls = parse_formats(text)
         print(f"{path}: {len(decls)} format(s) OK")
         for name, f in decls.items():
