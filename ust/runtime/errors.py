@@ -13,6 +13,7 @@ __all__ = [
     "DeviceError",
     "FormatError",
     "InvalidStateError",
+    "InvalidValueError",
     "ShapeError",
     "SingularMatrixError",
     "SolverAccuracyError",
@@ -65,6 +66,10 @@ class ShapeError(UstError, ValueError):
 
 class DeviceError(UstError, ValueError):
     """Operands on different devices, or a device that cannot be used."""
+
+
+class InvalidValueError(UstError, ValueError):
+    """Values an operation cannot use: NaN or Inf in a matrix or right-hand side, a bad option value."""
 
 
 class InvalidStateError(UstError, RuntimeError):

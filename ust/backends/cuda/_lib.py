@@ -82,10 +82,12 @@ def find_file(pattern: str, dirs: Iterable[str] | None = None) -> str | None:
     return None
 
 
-def _find_in_dirs(name: str, dirs: Iterable[str]) -> str | None:
+def _find_in_dirs(name: str, dirs: Iterable[str], major: int | None = None) -> str | None:
     exact = re.compile(rf"^lib{re.escape(name)}\.so(\.\d+)*$")
     for d in dirs:
         hits = [p for p in glob.glob(os.path.join(d, f"lib{name}.so*")) if exact.match(os.path.basename(p))]
+        if major is not None:
+            hits = [p for p in hits if _version_key(p)[:1] == (major,)]
         if hits:
             return max(hits, key=_version_key)
     return None
@@ -109,25 +111,37 @@ def _open(path: str) -> ctypes.CDLL:
 
 
 @functools.cache
-def load_library(name: str, extra: str = "cu13", sonames: Sequence[str] = ()) -> ctypes.CDLL:
+def load_library(
+    name: str, extra: str = "cu13", sonames: Sequence[str] = (), major: int | None = None
+) -> ctypes.CDLL:
     """Open ``lib<name>.so`` (e.g. ``"cudss"``, ``"cublasLt"``) once per process.
 
-    ``sonames`` are extra file names to try with the system loader (``"libcudss.so.0"``).
+    ``sonames`` are extra file names to try with the system loader (``"libcudss.so.0"``);
+    ``major`` restricts the search to ``lib<name>.so.<major>*`` (e.g. the libcublas a libcudss
+    was linked against).  ``$UST_<NAME>_LIBRARY`` (e.g. ``UST_CUDSS_LIBRARY``), when set, is
+    the full path to use instead of any search.
     """
     tried: list[str] = []
-    path = _via_pathfinder(name)
-    if path:
+    override = os.environ.get(f"UST_{name.upper()}_LIBRARY")
+    path = override or (None if major is not None else _via_pathfinder(name))
+    if override:
+        tried.append(f"$UST_{name.upper()}_LIBRARY={override}")
+    elif path:
         tried.append(f"cuda.pathfinder: {path}")
     else:
-        tried.append("cuda.pathfinder (not installed or not found)")
+        tried.append("cuda.pathfinder (not installed, not found, or a specific major was asked for)")
         dirs = candidate_dirs()
-        path = _find_in_dirs(name, dirs)
+        path = _find_in_dirs(name, dirs, major)
         tried.append("directories: " + (", ".join(dirs) or "none found"))
     names = [path] if path else []
-    names += [*sonames, f"lib{name}.so"]
+    if major is not None:
+        names.append(f"lib{name}.so.{major}")
+    names += [*sonames] + ([] if major is not None else [f"lib{name}.so"])
     found = ctypes.util.find_library(name)
-    if found:
+    if found and not override and (major is None or _version_key(found)[:1] == (major,)):
         names.append(found)
+    if override:
+        names = [override]
     errors = []
     for candidate in names:
         try:

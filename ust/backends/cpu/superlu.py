@@ -1,0 +1,166 @@
+"""SciPy's SuperLU behind the same phases as cuDSS: analysis, factorisation, refactorisation, solve.
+
+SuperLU has no separate analysis, so ``analyze()`` runs ``splu`` with the chosen column ordering
+and keeps that factorisation for the first ``factorize()``.  The ordering it found,
+``q = argsort(lu.perm_c)``, is the plan: later factorisations (new values, or a saved plan in
+another process) permute the matrix by ``q`` themselves and ask SuperLU for the NATURAL
+ordering, which reproduces the same fill without recomputing the ordering.  For a symmetric
+pattern the permutation is applied to rows and columns alike (``MMD_AT_PLUS_A`` with
+``SymmetricMode``), so the diagonal is preferred as pivot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy
+import scipy.sparse as sp
+import scipy.sparse.linalg as sla
+
+from ust.runtime.errors import SingularMatrixError, UnsupportedError
+
+__all__ = ["ORDERINGS", "SuperLUFactorization", "choose_ordering"]
+
+# ust reordering name -> SuperLU permc_spec.  "default" is chosen per matrix (choose_ordering).
+ORDERINGS = {
+    "colamd": "COLAMD",
+    "mmd_ata": "MMD_ATA",
+    "mmd_at_plus_a": "MMD_AT_PLUS_A",
+    "amd": "MMD_AT_PLUS_A",
+    "natural": "NATURAL",
+    "none": "NATURAL",
+}
+_SYMMETRIC_TYPES = frozenset({"symmetric", "spd", "hermitian", "hpd"})
+
+
+def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
+    """True when the nonzero pattern of ``a`` equals that of its transpose (values ignored)."""
+    p = a.copy()
+    p.data = np.ones_like(p.data, dtype=np.int8)
+    return bool((p != p.T).nnz == 0)
+
+
+def choose_ordering(reordering: str, matrix_type: str, symmetric_pattern: bool) -> tuple[str, bool, str]:
+    """(permc_spec, symmetric mode, reason) for a matrix: the data behind the log line."""
+    if reordering != "default":
+        try:
+            spec = ORDERINGS[reordering]
+        except KeyError:
+            raise UnsupportedError(
+                f"reordering {reordering!r} is not available with SuperLU; supported: default, {', '.join(ORDERINGS)}"
+            ) from None
+        return spec, spec == "MMD_AT_PLUS_A", f"reordering={reordering!r} asked for"
+    if matrix_type in _SYMMETRIC_TYPES:
+        return "MMD_AT_PLUS_A", True, f"matrix_type={matrix_type!r}"
+    if symmetric_pattern:
+        return "MMD_AT_PLUS_A", True, "the nonzero pattern is symmetric"
+    return "COLAMD", False, "the nonzero pattern is not symmetric"
+
+
+@dataclass
+class _Settings:
+    spec: str
+    symmetric: bool
+    diag_pivot_thresh: float
+
+
+class SuperLUFactorization:
+    """SuperLU factorisation of one square CSR matrix, reusable across right-hand sides."""
+
+    backend = "superlu"
+
+    def __init__(
+        self,
+        a: sp.csr_matrix,
+        *,
+        matrix_type: str,
+        reordering: str,
+        pivoting: str,
+        pivot_threshold: float | None,
+    ) -> None:
+        self.a = a
+        self.n = a.shape[0]
+        self.symmetric_pattern = pattern_is_symmetric(a)
+        spec, symmetric, self.reason = choose_ordering(reordering, matrix_type, self.symmetric_pattern)
+        if pivoting == "none":
+            thresh = 0.0
+        elif pivot_threshold is not None:
+            thresh = float(pivot_threshold)
+        else:
+            thresh = 0.01 if symmetric else 1.0
+        self.settings = _Settings(spec, symmetric, thresh)
+        self.version = scipy.__version__
+        self.perm: np.ndarray | None = None
+        self._lu: Any = None
+        self._direct = False  # True: self._lu factors self.a itself; False: the permuted matrix
+
+    # ------------------------------------------------------------------ phases
+
+    def _splu(self, m: sp.spmatrix, spec: str) -> Any:
+        s = self.settings
+        try:
+            return sla.splu(
+                sp.csc_matrix(m),
+                permc_spec=spec,
+                diag_pivot_thresh=s.diag_pivot_thresh,
+                options={"SymmetricMode": s.symmetric},
+            )
+        except RuntimeError as exc:  # SuperLU's "Factor is exactly singular"
+            raise SingularMatrixError(f"SuperLU: {exc}") from None
+
+    def analyze(self, user_perm: np.ndarray | None = None) -> dict[str, Any]:
+        """Find the ordering (a saved one is taken as is); returns facts for PlanInfo."""
+        if user_perm is not None:
+            self.perm = np.asarray(user_perm, dtype=np.int64)
+            self._lu, self._direct = None, False
+            return {"ordering": f"{self.settings.spec} (saved plan)"}
+        self._lu = self._splu(self.a, self.settings.spec)
+        self._direct = True
+        self.perm = np.argsort(self._lu.perm_c)
+        return {"ordering": self.settings.spec}
+
+    def _permuted(self) -> sp.csr_matrix:
+        q = self.perm
+        return self.a[q][:, q] if self.settings.symmetric else self.a[:, q]
+
+    def factorize(self) -> dict[str, Any]:
+        if self._lu is None or not self._direct:
+            self._lu = self._splu(self._permuted(), "NATURAL")
+            self._direct = False
+        return self.factor_facts()
+
+    def refactorize(self) -> dict[str, Any]:
+        self._lu, self._direct = None, False
+        return self.factorize()
+
+    def set_values(self, a: sp.csr_matrix) -> None:
+        self.a = a
+        self._lu = None
+
+    def factor_facts(self) -> dict[str, Any]:
+        lu = self._lu
+        facts: dict[str, Any] = {"lu_nnz": int(lu.L.nnz + lu.U.nnz), "npivots": None, "inertia": None}
+        if self.settings.symmetric:
+            # Sylvester: with P A P^T = L U and symmetric pivoting only, the signs of diag(U) are A's inertia.
+            swapped = int((lu.perm_r != lu.perm_c).sum())
+            facts["npivots"] = swapped
+            if swapped == 0:
+                d = lu.U.diagonal().real
+                facts["inertia"] = (int((d > 0).sum()), int((d < 0).sum()))
+        return facts
+
+    def solve(self, b: np.ndarray) -> np.ndarray:
+        """x for a 2-D right-hand side ``b`` (not modified)."""
+        if self._direct:
+            return np.asarray(self._lu.solve(b))
+        q = self.perm
+        y = self._lu.solve(b[q] if self.settings.symmetric else b)
+        x = np.empty_like(y)
+        x[q] = y
+        return x
+
+    def free(self) -> None:
+        self._lu = None
+        self.a = None

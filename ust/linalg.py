@@ -1,0 +1,987 @@
+"""Sparse direct solvers: :func:`solve` and :class:`DirectSolver`.
+
+GPU route: cuDSS (``ust.backends.cuda.cudss``) on CSR arrays in device memory.  CPU route:
+SciPy's SuperLU (``ust.backends.cpu.superlu``) with an ordering chosen for the matrix.  Both
+sit behind the same phases -- ``plan()`` (analysis: reordering, symbolic factorisation),
+``factorize()``, ``refactorize()`` (same pattern, new values), ``solve()`` -- so a loop that
+changes values or right-hand sides pays only for what changed.
+
+Where it runs: ``execution="cpu" | "cuda" | "cuda:N"`` decides when given.  Otherwise CuPy /
+torch-CUDA operands run on their GPU, and NumPy / SciPy operands run on GPU 0 when a GPU and
+cuDSS are available (a direct solve is where the GPU pays off most) and on the CPU when not; the
+log says which and why.  The solution comes back in the package, memory space and shape of
+``b``.
+
+Every solution is checked (``options.check``): the normwise backward error
+``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)`` must stay under a
+tolerance scaled to the dtype, because cuDSS's pivot perturbation can turn a singular matrix
+into a wrong answer with a success status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ust.runtime.errors import (
+    BackendUnavailableError,
+    InvalidStateError,
+    InvalidValueError,
+    ShapeError,
+    SingularMatrixError,
+    SolverAccuracyError,
+    UnsupportedError,
+)
+from ust.runtime.log import get_logger
+from ust.runtime.spaces import (
+    CPU,
+    ExecutionSpace,
+    log_placement,
+    operand_package,
+    operand_space,
+    parse_execution,
+    resolve_space,
+    to_package,
+)
+from ust.runtime.stateful import StatefulOperation, decode_array, encode_array
+
+__all__ = ["DirectSolver", "DirectSolverOptions", "FactorizationInfo", "PlanInfo", "backward_error", "solve"]
+
+_log = get_logger("linalg")
+
+MATRIX_TYPES = ("general", "symmetric", "spd", "hermitian", "hpd")
+MATRIX_VIEWS = ("full", "lower", "upper")
+PIVOTING = ("auto", "none", "global_col", "global_row", "diagonal", "local_block", "bunch_kaufman")
+REORDERINGS = (
+    "default",
+    "nested_dissection",
+    "amd",
+    "colamd",
+    "btf_colamd",
+    "mmd_ata",
+    "mmd_at_plus_a",
+    "natural",
+    "none",
+)
+SOLVE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def _host_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _one_of(name: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise UnsupportedError(f"{name}={value!r} is not supported; supported: {', '.join(allowed)}")
+    return value
+
+
+@dataclass(frozen=True)
+class DirectSolverOptions:
+    """Options of :class:`DirectSolver` and :func:`solve` (a dict with these keys works too).
+
+    ``check``: True (default tolerance ``eps ** (2/3)`` of the dtype: 3.7e-11 for float64,
+    2.4e-5 for float32), False, or a tolerance for the backward error.  ``host_threads`` defaults
+    to the cores this process may use.  ``pivot_epsilon`` / ``pivot_threshold`` /
+    ``hybrid_memory`` / ``hybrid_device_memory_limit`` are cuDSS settings; SuperLU reads
+    ``pivot_threshold`` (its ``diag_pivot_thresh``) and ``pivoting="none"``.
+    """
+
+    matrix_type: str = "general"
+    matrix_view: str = "full"
+    reordering: str = "default"
+    host_threads: int | None = None
+    pivoting: str = "auto"
+    pivot_threshold: float | None = None
+    pivot_epsilon: float | None = None
+    refinement_steps: int = 0
+    hybrid_memory: bool = False
+    hybrid_device_memory_limit: int | None = None
+    check: bool | float = True
+
+    def __post_init__(self) -> None:
+        _one_of("matrix_type", self.matrix_type, MATRIX_TYPES)
+        _one_of("matrix_view", self.matrix_view, MATRIX_VIEWS)
+        _one_of("reordering", self.reordering, REORDERINGS)
+        _one_of("pivoting", self.pivoting, PIVOTING)
+        if self.host_threads is not None and (
+            not isinstance(self.host_threads, int) or self.host_threads < 1
+        ):
+            raise InvalidValueError(f"host_threads must be a positive int, not {self.host_threads!r}")
+        if not isinstance(self.refinement_steps, int) or self.refinement_steps < 0:
+            raise InvalidValueError(
+                f"refinement_steps must be a non-negative int, not {self.refinement_steps!r}"
+            )
+        if not isinstance(self.check, (bool, int, float)) or (
+            not isinstance(self.check, bool) and self.check <= 0
+        ):
+            raise InvalidValueError(f"check must be True, False or a positive tolerance, not {self.check!r}")
+
+    @classmethod
+    def coerce(cls, options: Any = None, **overrides: Any) -> DirectSolverOptions:
+        """Options from None, a dict or an instance, with keyword overrides."""
+        names = {f.name for f in fields(cls)}
+        if options is None:
+            values: dict[str, Any] = {}
+        elif isinstance(options, cls):
+            values = {n: getattr(options, n) for n in names}
+        elif isinstance(options, Mapping):
+            values = dict(options)
+        else:
+            raise UnsupportedError(
+                f"options must be a DirectSolverOptions or a dict, not {type(options).__name__}"
+            )
+        values.update(overrides)
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise UnsupportedError(
+                f"unknown solver option(s) {', '.join(unknown)}; supported: {', '.join(sorted(names))}"
+            )
+        return cls(**values)
+
+    def tolerance(self, dtype: np.dtype) -> float | None:
+        """The backward-error bound for ``dtype`` (None: no check)."""
+        if self.check is False:
+            return None
+        if self.check is True:
+            return float(np.finfo(dtype).eps ** (2.0 / 3.0))
+        return float(self.check)
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What the analysis found: backend, ordering, permutations, memory estimates (cuDSS)."""
+
+    backend: str
+    ordering: str
+    seconds: float
+    n: int
+    nnz: int
+    from_saved_plan: bool = False
+    row_permutation: np.ndarray | None = field(default=None, repr=False)
+    col_permutation: np.ndarray | None = field(default=None, repr=False)
+    memory_estimates: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class FactorizationInfo:
+    """What a factorisation reported: fill, pivots, inertia where defined, the library's info code."""
+
+    phase: str
+    seconds: float
+    lu_nnz: int | None
+    fill: float | None
+    npivots: int | None = None
+    inertia: tuple[int, int] | None = None
+    info: int = 0
+
+
+# ------------------------------------------------------------------------------------- operands
+
+
+def _np_dtype(x: Any) -> np.dtype:
+    dt = x.dtype
+    if operand_package(x) == "torch":
+        try:
+            return np.dtype(str(dt).removeprefix("torch."))
+        except TypeError:
+            raise UnsupportedError(
+                f"dtype {dt} is not supported; supported: {', '.join(d.name for d in SOLVE_DTYPES)}"
+            ) from None
+    return np.dtype(dt)
+
+
+def _solve_dtype(a_dtype: np.dtype, b_dtype: np.dtype) -> np.dtype:
+    """The dtype the solve runs in: NumPy's promotion, integers/bools to float64, float16 to float32."""
+    common = np.result_type(a_dtype, b_dtype)
+    if common.kind in "biu":
+        _log.info("integer/boolean operands (%s, %s) are solved in float64", a_dtype, b_dtype)
+        return np.dtype(np.float64)
+    if common == np.float16:
+        _log.info("float16 operands are solved in float32")
+        return np.dtype(np.float32)
+    if common not in SOLVE_DTYPES:
+        raise UnsupportedError(
+            f"dtype {common} (from {a_dtype} and {b_dtype}) is not supported; "
+            f"supported: {', '.join(d.name for d in SOLVE_DTYPES)} (integers are converted to float64)"
+        )
+    return common
+
+
+def _sparse_shape(a: Any) -> tuple[int, ...]:
+    pkg = operand_package(a)
+    if pkg in ("numpy", "cupy") or (pkg == "torch" and str(a.layout) == "torch.strided"):
+        raise UnsupportedError(
+            f"the matrix must be sparse, not a dense {pkg} array; supported: SciPy sparse, cupyx sparse, "
+            "torch sparse (CSR/COO) or a ust Tensor (scipy.sparse.csr_array(a) converts a dense array)"
+        )
+    if pkg == "scipy":
+        import scipy.sparse as sp
+
+        if not sp.issparse(a):
+            raise UnsupportedError(f"{type(a).__name__} is not a SciPy sparse matrix or array")
+    return tuple(int(s) for s in a.shape)
+
+
+def _to_scipy_csr(a: Any) -> Any:
+    """``a`` as a SciPy CSR matrix in host memory (shares arrays when it already is one)."""
+    import scipy.sparse as sp
+
+    pkg = operand_package(a)
+    if pkg == "scipy":
+        return sp.csr_matrix(a)
+    if pkg == "cupyx":
+        return a.tocsr().get()
+    if pkg == "torch":
+        import torch
+
+        t = a.detach()
+        if t.layout != torch.sparse_csr:
+            t = t.coalesce().to_sparse_csr()
+        arrays = [x.cpu().numpy() for x in (t.values(), t.col_indices(), t.crow_indices())]
+        return sp.csr_matrix(tuple(arrays), shape=tuple(t.shape))
+    if hasattr(a, "to_scipy"):
+        return sp.csr_matrix(a.to_scipy())
+    raise UnsupportedError(f"cannot read a sparse matrix from {type(a).__name__}")
+
+
+def _to_cupyx_csr(a: Any, device_id: int) -> Any:
+    """``a`` as a cupyx CSR matrix on ``device_id`` (shares arrays when it already is one there)."""
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    pkg = operand_package(a)
+    with cupy.cuda.Device(device_id):
+        if pkg == "cupyx" and operand_space(a).device_id == device_id:
+            return a.tocsr()
+        if pkg == "torch" and a.device.type == "cuda" and a.device.index == device_id:
+            import torch
+
+            t = a.detach()
+            if t.layout != torch.sparse_csr:
+                t = t.coalesce().to_sparse_csr()
+            arrays = [cupy.from_dlpack(x) for x in (t.values(), t.col_indices(), t.crow_indices())]
+            return csp.csr_matrix(tuple(arrays), shape=tuple(t.shape))
+        if pkg == "ust" and hasattr(a, "to_cupyx") and operand_space(a).device_id == device_id:
+            return a.to_cupyx().tocsr()
+        return csp.csr_matrix(_to_scipy_csr(a))
+
+
+@dataclass
+class _Csr:
+    """A canonical CSR matrix in the execution space (``xp`` is numpy or cupy)."""
+
+    indptr: Any
+    indices: Any
+    data: Any
+    n: int
+    xp: Any
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.size)
+
+
+def _canonical(m: Any, dtype: np.dtype, space: ExecutionSpace) -> _Csr:
+    """Sorted, duplicate-free arrays of the right dtypes; copies instead of touching the caller's."""
+    if not m.has_canonical_format:
+        m = m.copy()
+        m.sum_duplicates()
+    data = m.data if m.data.dtype == dtype else m.data.astype(dtype)
+    if space.is_cuda:
+        import cupy as xp
+
+        # cuDSS: int32 column indices; row offsets int32 unless nnz needs int64.
+        off = np.int32 if m.indices.size < 2**31 - 1 else np.int64
+        return _Csr(
+            m.indptr.astype(off, copy=False), m.indices.astype(np.int32, copy=False), data, m.shape[0], xp
+        )
+    return _Csr(m.indptr, m.indices, data, m.shape[0], np)
+
+
+def _row_ids(c: _Csr) -> Any:
+    xp = c.xp
+    return xp.searchsorted(c.indptr, xp.arange(c.nnz, dtype=c.indptr.dtype), side="right") - 1
+
+
+def _sparse_module(xp: Any) -> Any:
+    if xp is np:
+        import scipy.sparse as sp
+
+        return sp
+    import cupyx.scipy.sparse as csp
+
+    return csp
+
+
+def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
+    """The whole matrix as a SciPy / cupyx CSR: the stored one, or a triangle mirrored across the diagonal."""
+    sparse = _sparse_module(c.xp)
+    if view == "full":
+        return sparse.csr_matrix((c.data, c.indices, c.indptr), shape=(c.n, c.n))
+    xp = c.xp
+    rows = _row_ids(c)
+    cols = c.indices.astype(rows.dtype)
+    keep = cols <= rows if view == "lower" else cols >= rows
+    strict = keep & (cols != rows)
+    mirrored = c.data[strict].conj() if hermitian else c.data[strict]
+    r = xp.concatenate([rows[keep], cols[strict]])
+    k = xp.concatenate([cols[keep], rows[strict]])
+    v = xp.concatenate([c.data[keep], mirrored])
+    return sparse.coo_matrix((v, (r, k)), shape=(c.n, c.n)).tocsr()
+
+
+def _empty_lines(full: Any, xp: Any) -> tuple[Any, Any]:
+    """Indices of rows and of columns of ``full`` without a nonzero value."""
+    nz = full.data != 0
+    counts = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(nz, dtype=np.int64)])
+    rows = counts[full.indptr[1:]] - counts[full.indptr[:-1]]
+    cols = xp.bincount(full.indices[nz], minlength=full.shape[0])
+    return xp.flatnonzero(rows == 0), xp.flatnonzero(cols == 0)
+
+
+def _check_nonsingular_structure(full: Any, xp: Any) -> None:
+    """SingularMatrixError naming the first empty row / column, before any factorisation."""
+    rows, cols = _empty_lines(full, xp)
+    for what, lines in (("row", rows), ("column", cols)):
+        if int(lines.size):
+            first = int(lines[0])
+            more = f" ({int(lines.size)} such {what}s in all)" if int(lines.size) > 1 else ""
+            raise SingularMatrixError(
+                f"the matrix is singular: {what} {first} has no nonzero entry{more}",
+                row=first if what == "row" else None,
+            )
+
+
+def _structural_diagnosis(full: Any) -> str:
+    """A clause on the structural rank, for singular-matrix messages (host only, small enough matrices)."""
+    if operand_package(full) == "cupyx":
+        if full.nnz > 20_000_000:
+            return ""
+        full = full.get()
+    from scipy.sparse.csgraph import structural_rank
+
+    r = int(structural_rank(full.tocsr()))
+    n = full.shape[0]
+    if r < n:
+        return f"; it is structurally singular (structural rank {r} < {n})"
+    return "; its structure allows a nonsingular matrix, so it is numerically singular"
+
+
+def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = None) -> float:
+    """Normwise backward error ``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)``.
+
+    ``a`` is a SciPy or cupyx sparse matrix, ``x`` and ``b`` 2-D arrays of ``xp``.  NaN in ``x``
+    gives NaN.
+    """
+    if norm_a is None:
+        norm_a = float((abs(a) @ xp.ones(a.shape[1], dtype=np.float64)).max()) if a.nnz else 0.0
+    r = b - a @ x
+    num = abs(r).max(axis=0)
+    den = norm_a * abs(x).max(axis=0) + abs(b).max(axis=0)
+    ratio = xp.where(den > 0, num / xp.where(den > 0, den, 1), xp.where(num > 0, np.inf, 0.0))
+    return float(ratio.max()) if ratio.size else 0.0
+
+
+def _dense_rhs(b: Any, n: int) -> tuple[str, ExecutionSpace, tuple[int, ...], np.dtype]:
+    """Package, space, shape and dtype of a right-hand side, checked against ``n``."""
+    pkg = operand_package(b)
+    if pkg not in ("numpy", "cupy", "torch"):
+        raise UnsupportedError(f"b must be a NumPy, CuPy or torch array, not {type(b).__name__}")
+    if pkg == "numpy":
+        b = np.asarray(b)
+    if pkg == "torch" and str(b.layout) != "torch.strided":
+        raise UnsupportedError("b must be a dense torch tensor, not a sparse one")
+    shape = tuple(int(s) for s in b.shape)
+    if len(shape) not in (1, 2) or shape[0] != n or (len(shape) == 2 and shape[1] == 0):
+        raise ShapeError(
+            f"b has shape {shape}; for a {n} x {n} matrix it must be ({n},) or ({n}, k) with k >= 1 right-hand sides"
+        )
+    return pkg, operand_space(b), shape, _np_dtype(b)
+
+
+def _rhs_in_space(b: Any, space: ExecutionSpace, dtype: np.dtype) -> tuple[Any, int, float]:
+    """A 2-D column-major copy of ``b`` in ``space`` with ``dtype`` (the caller's array is never used)."""
+    pkg = "cupy" if space.is_cuda else "numpy"
+    src = np.asarray(b) if operand_package(b) == "numpy" else b
+    moved = to_package(src, pkg, space)
+    arr = moved.array
+    xp = __import__(pkg)
+    if space.is_cuda:
+        with xp.cuda.Device(space.device_id):
+            out = xp.array(arr.reshape(arr.shape[0], -1), dtype=dtype, order="F", copy=True)
+    else:
+        out = np.array(arr.reshape(arr.shape[0], -1), dtype=dtype, order="F", copy=True)
+    return out, moved.nbytes, moved.seconds
+
+
+def _default_space(a: Any, b: Any, execution: Any) -> tuple[ExecutionSpace, ExecutionSpace, str]:
+    """(operands' space, execution space, why) -- see the module docstring."""
+    ops = resolve_space({"a": a, "b": b}, None) if execution is None else operand_space(b)
+    if execution is not None:
+        space = resolve_space({"a": a, "b": b}, execution)
+        return ops, space, f"execution={execution!r}"
+    if ops.is_cuda:
+        return ops, ops, "the operands are in GPU memory"
+    from ust.backends.cuda.arrays import gpu_available
+
+    if not gpu_available():
+        return ops, CPU, "no GPU is available"
+    try:
+        from ust.backends.cuda.cudss import get_library
+
+        get_library()
+    except BackendUnavailableError as exc:
+        _log.info("cuDSS is not available (%s)", exc)
+        return ops, CPU, "cuDSS is not available"
+    return ops, ExecutionSpace("cuda", 0), "a GPU and cuDSS are available (pass execution='cpu' for SuperLU)"
+
+
+def _optional(engine: Any, name: str) -> np.ndarray | None:
+    """A cuDSS data value that some matrix types do not define (None, logged, when refused)."""
+    from ust.backends.cuda.cudss import CudssError
+
+    try:
+        return engine.get(name)
+    except CudssError as exc:
+        _log.debug("cuDSS did not report %s: %s", name, exc)
+        return None
+
+
+def _pattern_digest(c: _Csr) -> str:
+    h = hashlib.sha256()
+    for arr in (c.indptr, c.indices):
+        host = arr.get() if c.xp is not np else arr
+        h.update(np.ascontiguousarray(host, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------- the solver
+
+
+class DirectSolver(StatefulOperation):
+    """Solve ``A X = B`` for a square sparse ``A``, reusing the analysis and factorisation.
+
+    ``a``: SciPy sparse (any format), cupyx sparse, torch sparse (CSR/COO) or a ust Tensor
+    (anything with ``to_scipy()``); converted to CSR.  ``b``: a vector ``(n,)`` or matrix
+    ``(n, k)`` of NumPy, CuPy or torch.  ``options``: :class:`DirectSolverOptions` or a dict.
+    ``execution``: None, "cpu", "cuda", "cuda:N".  ``stream`` (GPU): a CuPy/torch stream or a
+    ``cudaStream_t``; default the current CuPy stream.
+
+    Phases: ``plan()`` -> ``factorize()`` -> ``solve()`` (repeat), ``refactorize()`` after
+    ``reset_operands(a=...)`` with new values; ``execute()`` runs whatever is missing and solves.
+    The operands are read, never written.
+    """
+
+    kind: ClassVar[str] = "direct_solver"
+
+    def __init__(
+        self, a: Any, b: Any, *, options: Any = None, execution: Any = None, stream: Any = None
+    ) -> None:
+        super().__init__()
+        self.options = DirectSolverOptions.coerce(options)
+        parse_execution(execution)  # bad values fail here, before anything else
+        # --- checks that need no data movement
+        shape = _sparse_shape(a)
+        if len(shape) != 2 or shape[0] != shape[1]:
+            raise ShapeError(f"the matrix must be square (n x n); got shape {shape}")
+        self.n = shape[0]
+        b_pkg, b_space, b_shape, b_dtype = _dense_rhs(b, self.n)
+        self.dtype = _solve_dtype(_np_dtype(a), b_dtype)
+        self._b_pkg, self._b_space, self._b_shape = b_pkg, b_space, b_shape
+        ops_space, self.space, why = _default_space(a, b, execution)
+        log_placement(_log, ops_space, self.space)
+        _log.info("direct solve on %s because %s", self.space.describe(), why)
+        # --- operands into the execution space
+        self._csr = self._load_matrix(a)
+        self._validate_values(self._csr, "the matrix")
+        self._full: Any = None
+        self._norm_a: float | None = None
+        self._check_structure()
+        self._b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
+        self._validate_values(self._b, "b")
+        if nbytes:
+            _log.info("moved b (%d bytes) in %.3f ms", nbytes, 1e3 * secs)
+        self._stream = self._stream_pointer(stream)
+        self._engine: Any = self._make_engine()
+        self._user_perm: np.ndarray | None = None
+        self._saved_lu_nnz: int | None = None
+        self._stale = False
+        self.plan_info: PlanInfo | None = None
+        self.factorization_info: FactorizationInfo | None = None
+        self.timings: dict[str, float] = {}
+        self.backward_error: float | None = None
+
+    # ------------------------------------------------------------------ setup helpers
+
+    @property
+    def backend(self) -> str:
+        return "cudss" if self.space.is_cuda else "superlu"
+
+    def _load_matrix(self, a: Any) -> _Csr:
+        t0 = time.perf_counter()
+        src = operand_space(a)
+        m = _to_cupyx_csr(a, self.space.device_id or 0) if self.space.is_cuda else _to_scipy_csr(a)
+        c = _canonical(m, self.dtype, self.space)
+        if src != self.space:
+            nbytes = sum(int(x.nbytes) for x in (c.indptr, c.indices, c.data))
+            _log.info(
+                "moved the matrix (%d bytes) to %s in %.3f ms",
+                nbytes,
+                self.space,
+                1e3 * (time.perf_counter() - t0),
+            )
+        return c
+
+    def _validate_values(self, c: Any, what: str) -> None:
+        data = c.data if isinstance(c, _Csr) else c
+        xp = np if isinstance(data, np.ndarray) else __import__("cupy")
+        if data.size and not bool(xp.isfinite(data).all()):
+            bad = int(xp.count_nonzero(~xp.isfinite(data)))
+            raise InvalidValueError(
+                f"{what} contains {bad} NaN or Inf value(s); a direct solve needs finite values"
+            )
+
+    def _full_matrix(self) -> Any:
+        if self._full is None:
+            hermitian = self.options.matrix_type in ("hermitian", "hpd")
+            self._full = _full_matrix(self._csr, self.options.matrix_view, hermitian)
+        return self._full
+
+    def _check_structure(self) -> None:
+        _check_nonsingular_structure(self._full_matrix(), self._csr.xp)
+
+    def _stream_pointer(self, stream: Any) -> int:
+        if not self.space.is_cuda:
+            return 0
+        from ust.runtime.streams import current_stream, stream_pointer
+
+        return stream_pointer(stream if stream is not None else current_stream("cupy", self.space.device_id))
+
+    def _cudss_config(self) -> dict[str, Any]:
+        from ust.backends.cuda import cudss
+
+        o = self.options
+        lib = cudss.get_library()
+        _one_of("reordering (cuDSS)", o.reordering, tuple(cudss.REORDERING))
+        config: dict[str, Any] = {"reordering_alg": cudss.REORDERING[o.reordering]}
+        if o.pivoting != "auto":
+            config["pivot_type"] = cudss.PIVOT[o.pivoting]
+        if o.pivot_threshold is not None:
+            config["pivot_threshold"] = float(o.pivot_threshold)
+        if o.pivot_epsilon is not None:
+            config["pivot_epsilon"] = float(o.pivot_epsilon)
+        if o.refinement_steps:
+            config["ir_n_steps"] = int(o.refinement_steps)
+        if lib.threading_layer:
+            config["host_nthreads"] = int(o.host_threads or _host_threads())
+        if o.hybrid_memory:
+            config["hybrid_memory_mode"] = 1
+            if o.hybrid_device_memory_limit is not None:
+                config["hybrid_device_memory_limit"] = int(o.hybrid_device_memory_limit)
+        return config
+
+    def _make_engine(self) -> Any:
+        o = self.options
+        if self.space.is_cuda:
+            from ust.backends.cuda.cudss import CudssFactorization, get_library
+
+            config = self._cudss_config()
+            c = self._csr
+            engine: Any = CudssFactorization(
+                c.indptr,
+                c.indices,
+                c.data,
+                c.n,
+                matrix_type=o.matrix_type,
+                matrix_view=o.matrix_view,
+                config=config,
+                device_id=self.space.device_id or 0,
+                stream=self._stream,
+            )
+            self._x = self._new_x()
+            engine.set_rhs(self._b, self._x)
+            _log.info(
+                "route: cuDSS %s (matrix_type %s, view %s, reordering %s, %s host threads)",
+                get_library().version_text,
+                o.matrix_type,
+                o.matrix_view,
+                o.reordering,
+                config.get("host_nthreads", "1 (no threading layer)"),
+            )
+            return engine
+        from ust.backends.cpu.superlu import SuperLUFactorization
+
+        for name in ("pivot_epsilon", "hybrid_device_memory_limit"):
+            if getattr(o, name) is not None:
+                _log.info("option %s applies to cuDSS only; SuperLU ignores it", name)
+        cpu_engine = SuperLUFactorization(
+            self._full_matrix(),
+            matrix_type=o.matrix_type,
+            reordering=o.reordering,
+            pivoting=o.pivoting,
+            pivot_threshold=o.pivot_threshold,
+        )
+        _log.info(
+            "route: SuperLU (SciPy %s), ordering %s because %s",
+            cpu_engine.version,
+            cpu_engine.settings.spec,
+            cpu_engine.reason,
+        )
+        return cpu_engine
+
+    def _new_x(self) -> Any:
+        import cupy
+
+        with cupy.cuda.Device(self.space.device_id):
+            return cupy.empty(self._b.shape, dtype=self.dtype, order="F")
+
+    def _sync(self) -> None:
+        if self.space.is_cuda:
+            import cupy
+
+            with cupy.cuda.Device(self.space.device_id):
+                cupy.cuda.runtime.streamSynchronize(self._stream)
+
+    def _timed(self, phase: str, fn: Any) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        out = fn()
+        self._sync()
+        secs = time.perf_counter() - t0
+        self.timings[phase] = secs
+        _log.info("%s %s took %.3f ms", self.backend, phase, 1e3 * secs)
+        return out, secs
+
+    # ------------------------------------------------------------------ phases
+
+    def _plan(self) -> PlanInfo:
+        e = self._engine
+        from_saved = self._user_perm is not None
+        if self.space.is_cuda:
+            if from_saved:
+                e.set_user_permutation(self._user_perm)
+            _, secs = self._timed("analysis", lambda: e.execute("analysis"))
+            info = e.info()
+            if info != 0:
+                raise SingularMatrixError(
+                    f"cuDSS analysis reports info = {info}: the matrix is structurally singular"
+                    f"{_structural_diagnosis(self._full_matrix())}"
+                )
+            row, col = e.get("perm_reorder_row"), e.get("perm_reorder_col")
+            estimates = e.memory_estimates()
+            ordering = ("saved plan" if from_saved else self.options.reordering) + " (cuDSS)"
+        else:
+            facts, secs = self._timed("analysis", lambda: self._superlu(lambda: e.analyze(self._user_perm)))
+            row = col = e.perm
+            estimates = None
+            ordering = facts["ordering"]
+        self.plan_info = PlanInfo(
+            self.backend, ordering, secs, self.n, self._csr.nnz, from_saved, row, col, estimates
+        )
+        return self.plan_info
+
+    def _superlu(self, fn: Any) -> Any:
+        """Run a SuperLU phase, naming the structure when it finds the matrix singular."""
+        try:
+            return fn()
+        except SingularMatrixError as exc:
+            raise SingularMatrixError(f"{exc}{_structural_diagnosis(self._full_matrix())}") from None
+
+    def _factor(self, phase: str) -> FactorizationInfo:
+        e = self._engine
+        if self.space.is_cuda:
+            _, secs = self._timed(phase, lambda: e.execute(phase))
+            info = e.info()
+            if info != 0:
+                raise SingularMatrixError(
+                    f"cuDSS {phase} reports info = {info}: a zero pivot (or, for spd/hpd, a non-positive one) "
+                    f"at position {info} of the reordered matrix{_structural_diagnosis(self._full_matrix())}"
+                )
+            lu_nnz = _optional(e, "lu_nnz")
+            inertia = (
+                _optional(e, "inertia") if self.options.matrix_type in ("symmetric", "hermitian") else None
+            )
+            facts: dict[str, Any] = {
+                "lu_nnz": None if lu_nnz is None else int(lu_nnz[0]),
+                "npivots": None if (p := _optional(e, "npivots")) is None else int(p[0]),
+                "inertia": None if inertia is None else (int(inertia[0]), int(inertia[1])),
+            }
+        else:
+            run = e.factorize if phase == "factorization" else e.refactorize
+            facts, secs = self._timed(phase, lambda: self._superlu(run))
+            info = 0
+        lu = facts["lu_nnz"]
+        if self._saved_lu_nnz and lu and abs(lu - self._saved_lu_nnz) > 0.01 * self._saved_lu_nnz:
+            _log.warning(
+                "the factor has %d nonzeros, the saved plan's had %d: the saved reordering may not fit",
+                lu,
+                self._saved_lu_nnz,
+            )
+        self.factorization_info = FactorizationInfo(
+            phase,
+            secs,
+            lu,
+            lu / max(self._csr.nnz, 1) if lu else None,
+            facts["npivots"],
+            facts["inertia"],
+            info,
+        )
+        self._stale = False
+        return self.factorization_info
+
+    def factorize(self) -> FactorizationInfo:
+        """Numerical factorisation (after :meth:`plan`); returns :class:`FactorizationInfo`."""
+        self._require("factorize", "plan")
+        out = self._factor("factorization")
+        self._mark("factorize")
+        return out
+
+    def refactorize(self) -> FactorizationInfo:
+        """Factorise new values of the same pattern (set by ``reset_operands(a=...)``), reusing the analysis."""
+        self._require("refactorize", "plan")
+        if "factorize" not in self._done and not self._stale:
+            raise InvalidStateError("cannot refactorize before factorize(): call factorize() first")
+        out = self._factor("refactorization")
+        self._mark("factorize")
+        return out
+
+    def solve(self) -> Any:
+        """The solution, in the package, memory space and shape of ``b`` (checked unless check=False)."""
+        if self._stale and not self._freed:
+            raise InvalidStateError(
+                "the matrix values changed (reset_operands(a=...)); call refactorize() or factorize() before solve()"
+            )
+        self._require("solve", "plan", "factorize")
+        e = self._engine
+        if self.space.is_cuda:
+            self._x = self._new_x()
+            e.set_rhs(self._b, self._x)
+            _, _ = self._timed("solve", lambda: e.execute("solve"))
+            x = self._x
+        else:
+            x, _ = self._timed("solve", lambda: self._refined(e.solve(self._b)))
+        self._check(x)
+        return self._deliver(x)
+
+    def _refined(self, x: np.ndarray) -> np.ndarray:
+        """CPU iterative refinement (cuDSS refines inside its SOLVE phase)."""
+        full = self._full_matrix()
+        for _ in range(self.options.refinement_steps):
+            x = x + self._engine.solve(self._b - full @ x)
+        return x
+
+    def _check(self, x: Any) -> None:
+        tol = self.options.tolerance(self.dtype)
+        if tol is None:
+            return
+        full = self._full_matrix()
+        xp = self._csr.xp
+        if self._norm_a is None:
+            self._norm_a = float((abs(full) @ xp.ones(self.n, dtype=np.float64)).max()) if full.nnz else 0.0
+        t0 = time.perf_counter()
+        be = backward_error(full, x, self._b, xp, self._norm_a)
+        self.backward_error = be
+        _log.info(
+            "backward error %.3e (tolerance %.1e), checked in %.3f ms",
+            be,
+            tol,
+            1e3 * (time.perf_counter() - t0),
+        )
+        if not be <= tol:
+            what = "NaN" if be != be else f"{be:.3e}"
+            raise SolverAccuracyError(
+                f"the {self.backend} solution has normwise backward error {what}, above the tolerance {tol:.1e} for "
+                f"{self.dtype}: the matrix is probably singular or too ill-conditioned for this factorisation "
+                "(try pivoting='auto', refinement_steps=2, another reordering, or check=False to accept it)",
+                backward_error=be,
+            )
+
+    def _deliver(self, x: Any) -> Any:
+        out = x.reshape(self._b_shape) if len(self._b_shape) == 1 else x
+        moved = to_package(out, self._b_pkg, self._b_space)
+        if moved.nbytes:
+            _log.info(
+                "moved x (%d bytes) back to %s in %.3f ms", moved.nbytes, self._b_space, 1e3 * moved.seconds
+            )
+        return moved.array
+
+    def execute(self, **kwargs: Any) -> Any:
+        """Run the phases not yet run (plan, factorize or refactorize) and solve."""
+        self._require("execute")
+        if "plan" not in self._done:
+            self.plan()
+        if self._stale:
+            self.refactorize()
+        elif "factorize" not in self._done:
+            self.factorize()
+        return self.solve()
+
+    # ------------------------------------------------------------------ operands
+
+    def _reset_operands(self, **operands: Any) -> None:
+        unknown = sorted(set(operands) - {"a", "b"})
+        if unknown:
+            raise UnsupportedError(f"reset_operands takes a= and b=, not {', '.join(unknown)}")
+        a, b = operands.get("a"), operands.get("b")
+        if a is not None:
+            shape = _sparse_shape(a)
+            if shape != (self.n, self.n):
+                raise ShapeError(
+                    f"the new matrix has shape {shape}; this solver was planned for ({self.n}, {self.n})"
+                )
+            dt = _np_dtype(a)
+            if np.result_type(dt, self.dtype) != self.dtype:
+                raise UnsupportedError(f"the new matrix has dtype {dt}; this solver runs in {self.dtype}")
+            new = self._load_matrix(a)
+            xp = new.xp
+            same = new.nnz == self._csr.nnz and bool(
+                xp.array_equal(new.indptr, self._csr.indptr)
+                and xp.array_equal(new.indices, self._csr.indices)
+            )
+            if not same:
+                raise ShapeError(
+                    "the new matrix has another sparsity pattern (nnz "
+                    f"{new.nnz} vs {self._csr.nnz}); reset_operands keeps the analysis, so create a new DirectSolver"
+                )
+            self._validate_values(new, "the new matrix")
+            old = self._csr
+            self._csr = _Csr(old.indptr, old.indices, new.data, old.n, old.xp)
+            self._full, self._norm_a = None, None
+            self._check_structure()
+            if self.space.is_cuda:
+                self._engine.set_values(new.data)
+            else:
+                self._engine.set_values(self._full_matrix())
+            if "factorize" in self._done:
+                self._stale = True
+                self._done.discard("factorize")
+        if b is not None:
+            b_pkg, b_space, b_shape, b_dtype = _dense_rhs(b, self.n)
+            if np.result_type(b_dtype, self.dtype) != self.dtype and b_dtype.kind not in "biu":
+                raise UnsupportedError(f"the new b has dtype {b_dtype}; this solver runs in {self.dtype}")
+            new_b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
+            self._validate_values(new_b, "b")
+            self._b, self._b_pkg, self._b_space, self._b_shape = new_b, b_pkg, b_space, b_shape
+            if nbytes:
+                _log.info("moved b (%d bytes) in %.3f ms", nbytes, 1e3 * secs)
+
+    def reset_operands(self, *, a: Any = None, b: Any = None) -> None:  # type: ignore[override]
+        """New values of ``a`` (same pattern; then call refactorize()) and/or a new ``b`` (same n), checked."""
+        super().reset_operands(a=a, b=b)
+
+    def _free(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.free()
+        self._full = None
+
+    # ------------------------------------------------------------------ saved plans
+
+    def _plan_device(self) -> str:
+        if not self.space.is_cuda:
+            return "cpu"
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(self.space.device_id or 0)["name"]
+        return f"cuda {name.decode() if isinstance(name, bytes) else name}"
+
+    def _plan_versions(self) -> dict[str, str]:
+        if self.space.is_cuda:
+            from ust.backends.cuda.cudss import get_library
+
+            return {"cudss": get_library().version_text}
+        import scipy
+
+        return {"scipy": scipy.__version__}
+
+    def _plan_payload(self) -> dict[str, Any]:
+        assert self.plan_info is not None
+        perm = self.plan_info.row_permutation
+        return {
+            "backend": self.backend,
+            "n": self.n,
+            "nnz": self._csr.nnz,
+            "pattern_sha256": _pattern_digest(self._csr),
+            "matrix_type": self.options.matrix_type,
+            "matrix_view": self.options.matrix_view,
+            "permutation": encode_array(np.asarray(perm)) if perm is not None else None,
+            "lu_nnz": self.factorization_info.lu_nnz if self.factorization_info else None,
+        }
+
+    @classmethod
+    def load_plan(
+        cls,
+        path: str | os.PathLike[str],
+        a: Any,
+        b: Any,
+        *,
+        options: Any = None,
+        execution: Any = None,
+        stream: Any = None,
+    ) -> DirectSolver:
+        """A solver whose ``plan()`` reuses the reordering saved by :meth:`save_plan`.
+
+        A plan from another device, library version or sparsity pattern is not used: a WARNING
+        says why and ``plan()`` analyses afresh.
+        """
+        solver = cls(a, b, options=options, execution=execution, stream=stream)
+        plan = cls.read_plan(path, device=solver._plan_device(), versions=solver._plan_versions())
+        if plan is None:
+            return solver
+        problems = [
+            f"{key} {plan.get(key)!r} (now {now!r})"
+            for key, now in (
+                ("backend", solver.backend),
+                ("n", solver.n),
+                ("nnz", solver._csr.nnz),
+                ("matrix_type", solver.options.matrix_type),
+                ("matrix_view", solver.options.matrix_view),
+            )
+            if plan.get(key) != now
+        ]
+        if not problems and plan.get("pattern_sha256") != _pattern_digest(solver._csr):
+            problems.append("another sparsity pattern")
+        if problems or plan.get("permutation") is None:
+            _log.warning(
+                "the saved plan %s does not fit (%s); planning afresh",
+                os.fspath(path),
+                ", ".join(problems) or "no permutation",
+            )
+            return solver
+        solver._user_perm = decode_array(plan["permutation"])
+        solver._saved_lu_nnz = plan.get("lu_nnz")
+        _log.info("plan() will reuse the reordering saved in %s", os.fspath(path))
+        return solver
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else ", ".join(sorted(self._done)) or "specified"
+        return f"<DirectSolver n={self.n} dtype={self.dtype} on {self.space} via {self.backend}: {state}>"
+
+
+# ------------------------------------------------------------------------------------- one-shot
+
+
+def solve(
+    a: Any, b: Any, *, options: Any = None, execution: Any = None, stream: Any = None, **option_fields: Any
+) -> Any:
+    """Solve ``A x = b`` once: ``DirectSolver(a, b, ...).execute()``, freed afterwards.
+
+    Option fields may be given as keywords (``solve(a, b, matrix_type="spd")``).  A sequence of
+    matrices with a sequence of right-hand sides solves each system and returns a list.
+    """
+    opts = DirectSolverOptions.coerce(options, **option_fields)
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or len(a) != len(b):
+            raise ShapeError("a batch of matrices needs a sequence of right-hand sides of the same length")
+        return [solve(ai, bi, options=opts, execution=execution, stream=stream) for ai, bi in zip(a, b)]
+    with DirectSolver(a, b, options=opts, execution=execution, stream=stream) as solver:
+        return solver.execute()
