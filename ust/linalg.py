@@ -31,6 +31,7 @@ import numpy as np
 
 from ust.runtime.errors import (
     BackendUnavailableError,
+    DeviceError,
     InvalidStateError,
     InvalidValueError,
     ShapeError,
@@ -501,6 +502,16 @@ class DirectSolver(StatefulOperation):
         ops_space, self.space, why = _default_space(a, b, execution)
         log_placement(_log, ops_space, self.space)
         _log.info("direct solve on %s because %s", self.space.describe(), why)
+        if self.space.is_cuda:  # a missing CuPy / GPU / cuDSS is reported now, with its fix
+            from ust.backends.cuda.arrays import gpu_available, import_cupy
+            from ust.backends.cuda.cudss import get_library
+
+            import_cupy()
+            if not gpu_available():
+                raise DeviceError(
+                    f"execution={execution!r} asks for a GPU, but CuPy sees no usable CUDA device"
+                )
+            get_library()
         # --- operands into the execution space
         self._csr = self._load_matrix(a)
         self._validate_values(self._csr, "the matrix")
@@ -874,9 +885,9 @@ class DirectSolver(StatefulOperation):
             if nbytes:
                 _log.info("moved b (%d bytes) in %.3f ms", nbytes, 1e3 * secs)
 
-    def reset_operands(self, *, a: Any = None, b: Any = None) -> None:  # type: ignore[override]
-        """New values of ``a`` (same pattern; then call refactorize()) and/or a new ``b`` (same n), checked."""
-        super().reset_operands(a=a, b=b)
+    def reset_operands(self, **operands: Any) -> None:
+        """``a=``: new values, same pattern (then call refactorize()); ``b=``: a new right-hand side (same n)."""
+        super().reset_operands(**operands)
 
     def _free(self) -> None:
         engine, self._engine = self._engine, None
