@@ -1,0 +1,1107 @@
+"""Dense fall-through: fused matmul (cuBLASLt / BLAS) and FFT (cuFFT / scipy.fft).
+
+When every operand is dense, the vendor libraries made for dense work are the fastest route, and
+ust hands the work to them under the same rules as its sparse operations: the operands'
+package and memory decide where the work runs (NumPy -> the CPU, CuPy -> the GPU), ``execution=``
+overrides it and moves the data, and the result comes back in the operands' own package.
+
+* :func:`matmul` / :class:`Matmul` compute ``D = epilog(alpha * A @ B + beta * C + bias)`` in one
+  cuBLASLt call on the GPU (epilogues none, relu, gelu, bias, relu_bias, gelu_bias; batched
+  operands; row- or column-major), and with BLAS / NumPy plus in-place epilogues on the CPU.
+* :func:`fft`, :func:`ifft`, :func:`rfft`, :func:`irfft`, :func:`fftn`, :func:`ifftn` and
+  :class:`FFT` take scipy.fft's arguments; an optional elementwise epilogue runs on the output.
+
+Every function has a stateful twin (plan once, execute many, ``reset_operands``, ``free``, ``with``,
+``save_plan`` / ``load_plan``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
+from ust.runtime.log import get_logger
+from ust.runtime.spaces import (
+    ExecutionSpace,
+    log_placement,
+    operand_package,
+    operand_space,
+    resolve_space,
+    to_package,
+)
+from ust.runtime.stateful import PlanFileError, StatefulOperation, decode_array, encode_array
+
+__all__ = [
+    "EPILOGS",
+    "FFT",
+    "FFT_DTYPES",
+    "GPU_DTYPES",
+    "FFTOptions",
+    "Matmul",
+    "MatmulOptions",
+    "fft",
+    "fftn",
+    "ifft",
+    "ifftn",
+    "irfft",
+    "matmul",
+    "rfft",
+]
+
+_log = get_logger("dense")
+
+GPU_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+CPU_DTYPES = ("float16", "float32", "float64", "complex64", "complex128")
+FFT_DTYPES = ("float32", "float64", "complex64", "complex128")
+EPILOGS = ("none", "relu", "gelu", "bias", "relu_bias", "gelu_bias")
+_EPILOG_BY_PARTS = {
+    frozenset(): "none",
+    frozenset({"relu"}): "relu",
+    frozenset({"gelu"}): "gelu",
+    frozenset({"bias"}): "bias",
+    frozenset({"relu", "bias"}): "relu_bias",
+    frozenset({"gelu", "bias"}): "gelu_bias",
+}
+_NORMS = (None, "backward", "ortho", "forward")
+
+
+# ------------------------------------------------------------------------------------------ options
+
+
+@dataclass(frozen=True)
+class MatmulOptions:
+    """``tf32``: let float32 products use TF32 tensor cores (cuBLASLt compute type 32F_FAST_TF32).
+
+    ``workspace_limit``: bytes of GPU workspace cuBLASLt may use; ``max_algorithms``: how many
+    candidates the heuristic returns (``autotune`` times them all).
+    """
+
+    tf32: bool = False
+    workspace_limit: int = 32 << 20
+    max_algorithms: int = 8
+
+    def __post_init__(self) -> None:
+        if self.workspace_limit < 0 or self.max_algorithms < 1:
+            raise UnsupportedError("workspace_limit must be >= 0 and max_algorithms >= 1")
+
+
+@dataclass(frozen=True)
+class FFTOptions:
+    """``workers``: scipy.fft threads on the CPU (None: all cores)."""
+
+    workers: int | None = None
+
+
+_O = TypeVar("_O", MatmulOptions, FFTOptions)
+
+
+def _options(cls: type[_O], value: Any) -> _O:
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        known = {f.name for f in fields(cls)}
+        unknown = set(value) - known
+        if unknown:
+            raise UnsupportedError(f"unknown {cls.__name__} {sorted(unknown)}; supported: {sorted(known)}")
+        return cls(**value)
+    raise UnsupportedError(f"options must be a {cls.__name__} or a dict, not {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------------------- placement
+
+
+def _arraylike(x: Any) -> Any:
+    """Lists and scalars become NumPy arrays; arrays pass through untouched."""
+    if x is None or hasattr(x, "shape"):
+        return x
+    return np.asarray(x)
+
+
+def _dtype_name(x: Any) -> str:
+    return str(x.dtype).rpartition(".")[2]  # torch.float32 -> float32
+
+
+class _Placement:
+    """Where the operands live (package, memory space) and where the work runs."""
+
+    def __init__(self, operands: Mapping[str, Any], execution: Any) -> None:
+        present = {k: v for k, v in operands.items() if v is not None}
+        first = next(iter(present.values()))
+        self.package = operand_package(first)
+        for name, x in present.items():
+            if operand_package(x) not in ("numpy", "cupy", "torch"):
+                raise UnsupportedError(
+                    f"operand {name} is a {operand_package(x)} object; dense operations take NumPy, CuPy "
+                    "or torch arrays (sparse operands go to ust.matmul)"
+                )
+        self.home = operand_space(first)
+        self.space: ExecutionSpace = resolve_space(present, execution)
+        self.xp_name = "cupy" if self.space.is_cuda else "numpy"
+        self.moves = self.space != self.home or self.package != self.xp_name
+        log_placement(_log, self.home, self.space)
+
+    @property
+    def device_id(self) -> int:
+        return self.space.device_id or 0
+
+    def check(self, name: str, x: Any, execution_given: bool) -> None:
+        """A later operand (bias, a reset one) must live where the first ones did, unless moved anyway."""
+        if x is None or execution_given:
+            return
+        space = operand_space(x)
+        if space != self.home:
+            raise DeviceError(
+                f"operand {name} is on {space}, but the other operands are on {self.home}; move it, or "
+                "pass execution= to choose where to run"
+            )
+
+    def move(self, x: Any) -> Any:
+        if x is None:
+            return None
+        moved = to_package(x, self.xp_name, self.space)
+        if moved.nbytes:
+            _log.info(
+                "moved %d bytes to %s in %.3f ms", moved.nbytes, self.space.describe(), 1e3 * moved.seconds
+            )
+        return moved.array
+
+    def back(self, y: Any) -> Any:
+        if not self.moves:
+            return y
+        return to_package(y, self.package, self.home).array
+
+    def stream(self, stream: Any) -> int:
+        """The cudaStream_t to run on: ``stream`` if given, else CuPy's current stream."""
+        from ust.runtime.streams import current_stream, stream_pointer
+
+        if stream is not None:
+            return stream_pointer(stream)
+        return int(current_stream("cupy", self.device_id).ptr)
+
+
+def _supported_dtypes(space: ExecutionSpace) -> tuple[str, ...]:
+    return GPU_DTYPES if space.is_cuda else CPU_DTYPES
+
+
+# ------------------------------------------------------------------------------------ matmul checks
+
+
+@dataclass(frozen=True)
+class _MatmulShape:
+    """The validated problem: D (batch..., M, N) = A (batch..., M, K) @ B (batch..., K, N)."""
+
+    m: int
+    n: int
+    k: int
+    batch: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    a_vec: bool
+    b_vec: bool
+    dtype: str
+
+    @property
+    def d_shape(self) -> tuple[int, ...]:
+        return (*self.batch, self.m, self.n)
+
+
+def _epilog_name(epilog: Any) -> str:
+    """``None``, ``"relu"``, ``"relu+bias"``, ``"BIAS_GELU"``, ... -> one of :data:`EPILOGS`."""
+    if epilog is None:
+        return "none"
+    if isinstance(epilog, str):
+        parts = frozenset(p for p in re.split(r"[+_,\s]+", epilog.strip().lower()) if p) - {"none", "default"}
+        name = _EPILOG_BY_PARTS.get(parts)
+        if name is not None:
+            return name
+    raise UnsupportedError(f"unknown epilog {epilog!r}; supported: {', '.join(EPILOGS)}")
+
+
+def _batch_fits(batch: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    """An operand's batch shape works with one stride: all ones (broadcast) or exactly the full batch."""
+    return math.prod(batch) == 1 or (1,) * (len(full) - len(batch)) + batch == full
+
+
+def _matmul_shape(a: Any, b: Any, c: Any, space: ExecutionSpace) -> _MatmulShape:
+    """Check shapes and dtypes before any work; raise ShapeError / UnsupportedError with the reason."""
+    dtypes = {"a": _dtype_name(a), "b": _dtype_name(b)}
+    if c is not None:
+        dtypes["c"] = _dtype_name(c)
+    supported = _supported_dtypes(space)
+    if len(set(dtypes.values())) != 1:
+        got = ", ".join(f"{k} {v}" for k, v in dtypes.items())
+        raise UnsupportedError(
+            f"a, b and c must share one dtype (got {got}); supported: one of {', '.join(supported)} for all"
+        )
+    dtype = dtypes["a"]
+    if dtype not in supported:
+        where = "the GPU" if space.is_cuda else "the CPU"
+        raise UnsupportedError(
+            f"dense matmul of {dtype} is not supported on {where}; supported there: {', '.join(supported)}"
+            + ("; bfloat16 runs on the GPU (execution='cuda')" if dtype == "bfloat16" else "")
+        )
+    a_shape, b_shape = tuple(a.shape), tuple(b.shape)
+    if not a_shape or not b_shape:
+        raise ShapeError(f"matmul needs operands of at least 1 dimension, got shapes {a_shape} and {b_shape}")
+    a_vec, b_vec = len(a_shape) == 1, len(b_shape) == 1
+    pa = (1, *a_shape) if a_vec else a_shape
+    pb = (*b_shape, 1) if b_vec else b_shape
+    m, k = pa[-2:]
+    k2, n = pb[-2:]
+    if k != k2:
+        raise ShapeError(f"a {a_shape} and b {b_shape} do not fit: a has {k} columns, b has {k2} rows")
+    a_batch, b_batch = pa[:-2], pb[:-2]
+    try:
+        full = tuple(np.broadcast_shapes(a_batch, b_batch))
+    except ValueError:
+        raise ShapeError(f"the batch dimensions of a {a_shape} and b {b_shape} do not broadcast") from None
+    if not (_batch_fits(a_batch, full) and _batch_fits(b_batch, full)):
+        raise UnsupportedError(
+            f"batch dimensions {a_batch} and {b_batch} broadcast only axis by axis; supported: equal batch "
+            "dimensions, or one operand without batch dimensions"
+        )
+    out_shape = (*full, *(() if a_vec else (m,)), *(() if b_vec else (n,)))
+    shape = _MatmulShape(m, n, k, full, out_shape, a_vec, b_vec, dtype)
+    if c is not None:
+        c_shape = tuple(c.shape)
+        matrix = out_shape[len(full) :]
+        if (
+            c_shape != out_shape
+            and c_shape != matrix
+            and not (
+                c_shape[-len(matrix) :] == matrix and _batch_fits(c_shape[: len(c_shape) - len(matrix)], full)
+            )
+        ):
+            try:
+                np.broadcast_shapes(c_shape, out_shape)
+            except ValueError:
+                raise ShapeError(f"c has shape {c_shape}, but the result has shape {out_shape}") from None
+            raise UnsupportedError(
+                f"c of shape {c_shape} only broadcasts to the result {out_shape}; c must have the result's "
+                f"shape, or its matrix shape {matrix} (shared by the batch); for a vector use epilog 'bias'"
+            )
+    return shape
+
+
+def _check_scalars(alpha: Any, beta: Any, c: Any, dtype: str) -> None:
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if not isinstance(v, (int, float, complex, np.number)) or isinstance(v, bool):
+            raise UnsupportedError(f"{name} must be a Python or NumPy scalar, not {type(v).__name__}")
+        if np.iscomplexobj(v) and not dtype.startswith("complex") and complex(v).imag != 0:
+            raise UnsupportedError(f"complex {name}={v} needs complex operands; got {dtype}")
+    if c is None and beta != 0:
+        raise ShapeError(f"beta={beta} scales c, but no c was given; pass c (the result's shape) or beta=0")
+
+
+def _promote(x: Any, name: str, shape: _MatmulShape) -> Any:
+    """Vectors as matrices: a (K,) -> (1, K), b (K,) -> (K, 1); c and bias get the same extra axis."""
+    if x is None:
+        return None
+    if name == "a":
+        return x.reshape(1, -1) if shape.a_vec else x
+    if name == "b":
+        return x.reshape(-1, 1) if shape.b_vec else x
+    if shape.b_vec:
+        x = x[..., None]
+    if shape.a_vec and x.ndim >= 1:
+        x = x[..., None, :]
+    return x
+
+
+def _bias_kind(bias: Any, shape: _MatmulShape) -> str:
+    """``"row"`` (one value per column of D: shape (N,) or (1, N)) or ``"col"`` (per row: (M, 1)).
+
+    Batch dimensions, when present, must be the result's.  Raises ShapeError when ``bias`` does not
+    broadcast to the result, UnsupportedError when it broadcasts but is not a vector.
+    """
+    bshape = tuple(bias.shape)
+    if shape.b_vec:
+        p = (*bshape, 1)
+    elif len(bshape) == 1 or (shape.a_vec and len(bshape) >= 1):
+        p = (*bshape[:-1], 1, bshape[-1])
+    else:
+        p = bshape
+    if len(p) < 2:
+        raise UnsupportedError(
+            f"a scalar bias is not supported; give a vector of length {shape.n} (or {shape.m}, 1)"
+        )
+    try:
+        ok = tuple(np.broadcast_shapes(p, shape.d_shape)) == shape.d_shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"bias of shape {bshape} does not broadcast to the result's shape {shape.out_shape}")
+    tail, lead = p[-2:], p[:-2]
+    kind = "row" if tail == (1, shape.n) else ("col" if tail == (shape.m, 1) else None)
+    if kind is None or not _batch_fits(lead, shape.batch):
+        raise UnsupportedError(
+            f"bias of shape {bshape} is not supported; supported: ({shape.n},) or (1, {shape.n}) for one value "
+            f"per column, ({shape.m}, 1) for one per row, optionally with the batch dimensions {shape.batch}; "
+            "add a full matrix through c and beta instead"
+        )
+    return kind
+
+
+def _d_order(bias_kind: str | None, c: Any) -> str:
+    """The layout of D: set by the bias orientation, else by C's (row-major by default)."""
+    if bias_kind is not None:
+        return "C" if bias_kind == "row" else "F"
+    if c is not None and c.ndim >= 2 and not c.flags.c_contiguous and c.swapaxes(-1, -2).flags.c_contiguous:
+        return "F"
+    return "C"
+
+
+# -------------------------------------------------------------------------------------- Matmul
+
+
+class Matmul(StatefulOperation):
+    """``D = epilog(alpha * a @ b + beta * c + bias)``, planned once and executed many times.
+
+    >>> mm = Matmul(a, b, c, alpha=1.5, beta=0.5)        # checks shapes, dtypes, devices
+    >>> mm.plan(epilog="relu_bias", epilog_inputs={"bias": bias})
+    >>> mm.autotune(iterations=10)                      # GPU: time the heuristic's candidates
+    >>> d = mm.execute()
+    >>> mm.reset_operands(a=a2); d2 = mm.execute()
+    >>> mm.save_plan("mm.json")                          # another process: Matmul(...).load_plan("mm.json")
+
+    On the GPU it is one cuBLASLt call; on the CPU a BLAS gemm (2-D) or ``np.matmul`` followed by
+    in-place epilogues.  GELU is the tanh form, as cuBLASLt's.  D is row-major unless the bias is
+    a column ``(M, 1)`` or c is column-major.
+    """
+
+    kind = "dense.matmul"
+
+    def __init__(
+        self,
+        a: Any,
+        b: Any,
+        c: Any = None,
+        *,
+        alpha: Any = 1,
+        beta: Any = 0,
+        execution: Any = None,
+        options: Any = None,
+    ) -> None:
+        super().__init__()
+        self.options = _options(MatmulOptions, options)
+        a, b, c = _arraylike(a), _arraylike(b), _arraylike(c)
+        self._execution_given = execution is not None
+        self._place = _Placement({"a": a, "b": b, "c": c}, execution)
+        self._shape = _matmul_shape(a, b, c, self._place.space)
+        _check_scalars(alpha, beta, c, self._shape.dtype)
+        self._alpha, self._beta = alpha, beta
+        self._user_shapes = {
+            "a": tuple(a.shape),
+            "b": tuple(b.shape),
+            "c": None if c is None else tuple(c.shape),
+        }
+        self._ops: dict[str, Any] = {
+            n: _promote(self._place.move(x), n, self._shape) for n, x in zip("abc", (a, b, c))
+        }
+        self._runner: Any = None
+        self._epilog = "none"
+        self._bias_shape: tuple[int, ...] | None = None
+        self._bias_kind: str | None = None
+        _log.debug(
+            "matmul %s: a %s, b %s, c %s -> %s",
+            self._shape.dtype,
+            a.shape,
+            b.shape,
+            self._user_shapes["c"],
+            self._shape.out_shape,
+        )
+
+    # ------------------------------------------------------------------------------------- info
+
+    @property
+    def route(self) -> str:
+        """``"cublasLt"``, ``"blas.gemm"`` or ``"numpy.matmul"`` once planned; ``"unplanned"`` before."""
+        return "unplanned" if self._runner is None else str(self._runner.route)
+
+    @property
+    def execution_space(self) -> ExecutionSpace:
+        return self._place.space
+
+    # ------------------------------------------------------------------------------------- plan
+
+    def plan(
+        self, epilog: Any = None, epilog_inputs: Mapping[str, Any] | None = None, *, _algorithm: Any = None
+    ) -> None:
+        """Choose the route and, on the GPU, the cuBLASLt algorithm (the heuristic's first)."""
+        self._require("plan")
+        name = _epilog_name(epilog)
+        inputs = dict(epilog_inputs or {})
+        if set(inputs) - {"bias"}:
+            raise UnsupportedError(
+                f"unknown epilog_inputs {sorted(set(inputs) - {'bias'})}; supported: 'bias'"
+            )
+        bias = _arraylike(inputs.get("bias"))
+        if "bias" in name and bias is None:
+            raise ShapeError(f"epilog {name!r} needs epilog_inputs={{'bias': vector}}")
+        if bias is not None and "bias" not in name:
+            raise UnsupportedError(
+                f"a bias was given but epilog {name!r} takes none; use '{name}_bias' or 'bias'"
+            )
+        if name != "none" and self._shape.dtype.startswith("complex"):
+            raise UnsupportedError(
+                f"epilog {name!r} needs a real dtype, got {self._shape.dtype}; supported: float16, bfloat16, "
+                "float32, float64"
+            )
+        kind = None
+        if bias is not None:
+            self._place.check("bias", bias, self._execution_given)
+            if _dtype_name(bias) != self._shape.dtype:
+                raise UnsupportedError(
+                    f"bias is {_dtype_name(bias)} but the operands are {self._shape.dtype}; give it their dtype"
+                )
+            kind = _bias_kind(bias, self._shape)
+            self._ops["bias"] = _promote(self._place.move(bias), "bias", self._shape)
+            self._bias_shape = tuple(bias.shape)
+        else:
+            self._ops["bias"] = None
+            self._bias_shape = None
+        if self._runner is not None and hasattr(self._runner, "free"):
+            self._runner.free()
+        self._epilog, self._bias_kind = name, kind
+        self._runner = self._make_runner(_algorithm)
+        self._mark("plan", invalidates=("autotune",))
+        _log.info("dense matmul route: %s (epilog %s)", self._runner.route, name)
+
+    def _make_runner(self, algorithm: Any) -> Any:
+        s, ops = self._shape, self._ops
+        if self._place.space.is_cuda:
+            from ust.backends.cuda.cublaslt import GpuMatmul
+
+            return GpuMatmul(
+                a=ops["a"],
+                b=ops["b"],
+                c=ops["c"],
+                bias=ops["bias"],
+                bias_kind=self._bias_kind,
+                mnk=(s.m, s.n, s.k),
+                batch=s.batch,
+                epilog=self._epilog,
+                device_id=self._place.device_id,
+                tf32=self.options.tf32,
+                workspace_limit=self.options.workspace_limit,
+                max_algorithms=self.options.max_algorithms,
+                algorithm=algorithm,
+            )
+        from ust.backends.cpu.dense import CpuMatmul
+
+        if self.options.tf32:
+            _log.info("tf32 has no effect on the CPU")
+        return CpuMatmul(
+            dtype=s.dtype,
+            out_shape=s.d_shape,
+            k=s.k,
+            epilog=self._epilog,
+            order=_d_order(self._bias_kind, ops["c"]),
+        )
+
+    def autotune(self, iterations: int = 10, *, stream: Any = None) -> list[float] | None:
+        """GPU: time each candidate algorithm ``iterations`` times on the real operands, keep the fastest.
+
+        Returns the milliseconds per call of every candidate (None on the CPU: one route, nothing to tune).
+        """
+        self._require("autotune", "plan")
+        if iterations < 1:
+            raise UnsupportedError(f"iterations must be >= 1, not {iterations}")
+        times = None
+        if self._place.space.is_cuda:
+            times = self._runner.autotune(self._alpha, self._beta, self._place.stream(stream), iterations)
+        else:
+            _log.info("autotune: the CPU route (%s) has no algorithm choice", self._runner.route)
+        self._mark("autotune")
+        return times
+
+    # ---------------------------------------------------------------------------------- execute
+
+    def _execute(self, stream: Any = None) -> Any:  # type: ignore[override]
+        if self._place.space.is_cuda:
+            d = self._runner.execute(self._alpha, self._beta, self._place.stream(stream))
+        else:
+            ops = self._ops
+            d = self._runner.run(ops["a"], ops["b"], ops["c"], self._alpha, self._beta, ops["bias"])
+        if d.shape != self._shape.out_shape:
+            d = d.reshape(self._shape.out_shape)
+        return self._place.back(d)
+
+    # ----------------------------------------------------------------------------- reset operands
+
+    def _reset_operands(  # type: ignore[override]
+        self,
+        a: Any = None,
+        b: Any = None,
+        c: Any = None,
+        alpha: Any = None,
+        beta: Any = None,
+        epilog_inputs: Mapping[str, Any] | None = None,
+    ) -> None:
+        new = {"a": _arraylike(a), "b": _arraylike(b), "c": _arraylike(c)}
+        if epilog_inputs:
+            if set(epilog_inputs) - {"bias"}:
+                raise UnsupportedError("epilog_inputs takes only 'bias'")
+            if self._bias_shape is None:
+                raise UnsupportedError("the plan has no bias; plan again with a bias epilog")
+            new["bias"] = _arraylike(epilog_inputs["bias"])
+        shapes = {**self._user_shapes, "bias": self._bias_shape}
+        for name, x in new.items():
+            if x is None:
+                continue
+            if shapes[name] is None:
+                raise UnsupportedError(f"{name} was not given at construction; create a new Matmul with it")
+            if tuple(x.shape) != shapes[name] or _dtype_name(x) != self._shape.dtype:
+                raise ShapeError(
+                    f"new {name} is {_dtype_name(x)} {tuple(x.shape)}, but the plan is for "
+                    f"{self._shape.dtype} {shapes[name]}"
+                )
+            if operand_package(x) != self._place.package:
+                raise UnsupportedError(
+                    f"new {name} is a {operand_package(x)} array but the operands were {self._place.package}"
+                )
+            self._place.check(name, x, False)
+        _check_scalars(
+            self._alpha if alpha is None else alpha,
+            self._beta if beta is None else beta,
+            self._ops["c"],
+            self._shape.dtype,
+        )
+        moved = {n: _promote(self._place.move(x), n, self._shape) for n, x in new.items() if x is not None}
+        if self._runner is not None and self._place.space.is_cuda and moved:
+            self._runner.bind(checked=True, **moved)
+        self._ops.update(moved)
+        if alpha is not None:
+            self._alpha = alpha
+        if beta is not None:
+            self._beta = beta
+
+    def reset_operands_unchecked(
+        self,
+        a: Any = None,
+        b: Any = None,
+        c: Any = None,
+        alpha: Any = None,
+        beta: Any = None,
+        epilog_inputs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The fast path of :meth:`reset_operands`: no checks, no logging (same shapes, dtypes, layouts)."""
+        new = {"a": a, "b": b, "c": c, "bias": None if not epilog_inputs else epilog_inputs.get("bias")}
+        place, shape = self._place, self._shape
+        moved = {
+            n: _promote(place.move(x) if place.moves else x, n, shape)
+            for n, x in new.items()
+            if x is not None
+        }
+        if moved:
+            if self._runner is not None and place.space.is_cuda:
+                self._runner.bind(checked=False, **moved)
+            self._ops.update(moved)
+        if alpha is not None:
+            self._alpha = alpha
+        if beta is not None:
+            self._beta = beta
+
+    def _free(self) -> None:
+        if self._runner is not None and hasattr(self._runner, "free"):
+            self._runner.free()
+        self._runner = None
+        self._ops = {}
+
+    # ------------------------------------------------------------------------------ saved plans
+
+    def _key(self, epilog: str) -> dict[str, Any]:
+        return {
+            "dtype": self._shape.dtype,
+            "a": list(self._user_shapes["a"] or ()),
+            "b": list(self._user_shapes["b"] or ()),
+            "c": None if self._user_shapes["c"] is None else list(self._user_shapes["c"]),
+            "epilog": epilog,
+            "space": self._place.space.kind,
+        }
+
+    def _plan_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "route": self._runner.route,
+            "epilog": self._epilog,
+            "bias": None if self._bias_shape is None else list(self._bias_shape),
+            "key": self._key(self._epilog),
+        }
+        if self._place.space.is_cuda:
+            payload.update(self._runner.payload())
+            payload["algorithm"] = encode_array(self._runner.lt.algorithm_data())
+        else:
+            payload["order"] = self._runner.order
+        return payload
+
+    def _plan_device(self) -> str:
+        if self._place.space.is_cuda:
+            from ust.backends.cuda.cublaslt import device_description
+
+            return device_description(self._place.device_id)
+        return "cpu"
+
+    def _plan_versions(self) -> dict[str, str]:
+        if self._place.space.is_cuda:
+            from ust.backends.cuda.cublaslt import library_version
+
+            return {"cublasLt": str(library_version())}
+        import scipy
+
+        return {"numpy": np.__version__, "scipy": scipy.__version__}
+
+    def load_plan(self, path: str | os.PathLike[str], epilog_inputs: Mapping[str, Any] | None = None) -> bool:
+        """Plan from a file written by :meth:`save_plan`, skipping the algorithm search.
+
+        Returns True when the saved algorithm was used; False when the file was made elsewhere (other
+        device or library version: a WARNING is logged) and the object planned afresh with the saved
+        epilog.  A plan made for other operands raises :class:`~ust.runtime.stateful.PlanFileError`.
+        """
+        self._require("load a plan")
+        saved = self.read_plan(path, device=self._plan_device(), versions=self._plan_versions())
+        if saved is None:
+            with open(path, encoding="utf-8") as f:
+                epilog = json.load(f)["plan"]["epilog"]
+            self.plan(epilog, epilog_inputs)
+            return False
+        now = self._key(saved["epilog"])
+        if saved["key"] != now:
+            raise PlanFileError(
+                f"{os.fspath(path)} was made for {saved['key']}, not for these operands ({now})"
+            )
+        bias = None if not epilog_inputs else epilog_inputs.get("bias")
+        if (None if bias is None else list(bias.shape)) != saved["bias"]:
+            raise PlanFileError(f"{os.fspath(path)} was made for a bias of shape {saved['bias']}")
+        algorithm = decode_array(saved["algorithm"]) if "algorithm" in saved else None
+        self.plan(saved["epilog"], epilog_inputs, _algorithm=algorithm)
+        if self._place.space.is_cuda and self._runner.problem.to_dict() != saved["problem"]:
+            self._runner.free()
+            self._done.discard("plan")
+            raise PlanFileError(
+                f"{os.fspath(path)} describes another cuBLASLt problem than these operands' layouts"
+            )
+        _log.info("loaded the %s plan (route %s) from %s", self.kind, self.route, os.fspath(path))
+        return True
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    alpha: Any = 1,
+    beta: Any = 0,
+    epilog: Any = None,
+    epilog_inputs: Mapping[str, Any] | None = None,
+    execution: Any = None,
+    options: Any = None,
+    stream: Any = None,
+) -> Any:
+    """``epilog(alpha * a @ b + beta * c + bias)`` in one call (see :class:`Matmul`).
+
+    ``epilog``: None, "relu", "gelu", "bias", "relu_bias", "gelu_bias" (also "relu+bias");
+    ``epilog_inputs={"bias": v}`` with v of shape (N,) (per column), (M, 1) (per row), or with the
+    batch dimensions.  NumPy operands run on the CPU, CuPy on the GPU; ``execution="cuda"`` or
+    ``"cpu"`` moves them and the result comes back in the operands' package.
+    """
+    with Matmul(a, b, c, alpha=alpha, beta=beta, execution=execution, options=options) as mm:
+        mm.plan(epilog=epilog, epilog_inputs=epilog_inputs)
+        return mm.execute(stream=stream)
+
+
+# ------------------------------------------------------------------------------------------- FFT
+
+_FFT_ND = ("fftn", "ifftn")
+FFT_KIND_NAMES = ("fft", "ifft", "rfft", "irfft", "fftn", "ifftn")
+
+
+def _fft_args(kind: str, x: Any, n: Any, axes: Any, norm: Any) -> tuple[Any, Any]:
+    """Validate a transform's arguments; return ``(n, axes)`` normalised (axes non-negative)."""
+    if kind not in FFT_KIND_NAMES:
+        raise UnsupportedError(f"unknown FFT kind {kind!r}; supported: {', '.join(FFT_KIND_NAMES)}")
+    dtype = _dtype_name(x)
+    if dtype not in FFT_DTYPES:
+        raise UnsupportedError(
+            f"FFT of {dtype} is not supported; supported: {', '.join(FFT_DTYPES)} (convert with x.astype(...))"
+        )
+    if kind == "rfft" and dtype.startswith("complex"):
+        raise UnsupportedError(f"rfft takes real input (float32 or float64), got {dtype}; use fft")
+    if norm not in _NORMS:
+        raise UnsupportedError(f"unknown norm {norm!r}; supported: 'backward', 'ortho', 'forward'")
+    ndim = len(x.shape)
+    if ndim == 0:
+        raise ShapeError("FFT needs an array of at least 1 dimension, got a scalar")
+
+    def axis_of(ax: Any) -> int:
+        if isinstance(ax, bool) or not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:
+            raise ShapeError(f"axis {ax!r} is out of range for an array of {ndim} dimension(s)")
+        return int(ax) % ndim
+
+    def length(v: Any, what: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ShapeError(f"{what} must be a positive int, not {v!r}")
+        return int(v)
+
+    if kind not in _FFT_ND:
+        ax = axis_of(-1 if axes is None else axes)
+        if n is not None:
+            n = length(n, "n")
+        elif kind == "irfft" and 2 * (x.shape[ax] - 1) < 1:
+            raise ShapeError(f"irfft of {x.shape[ax]} point(s) along axis {ax} has no output; pass n")
+        elif x.shape[ax] < 1:
+            raise ShapeError(f"axis {ax} has no points to transform")
+        return n, ax
+    if axes is None:
+        axes = tuple(range(ndim)) if n is None else tuple(range(ndim - len(n), ndim))
+    axes_t = tuple(axis_of(ax) for ax in (axes if isinstance(axes, (tuple, list)) else (axes,)))
+    if len(set(axes_t)) != len(axes_t):
+        raise ShapeError(f"axes {axes} repeat an axis")
+    if n is not None:
+        n = tuple(length(v, "each entry of s") for v in n)
+        if len(n) != len(axes_t):
+            raise ShapeError(f"s {n} and axes {axes_t} have different lengths")
+    elif any(x.shape[ax] < 1 for ax in axes_t):
+        raise ShapeError(f"an axis among {axes_t} has no points to transform")
+    return n, axes_t
+
+
+def _check_epilog(epilog: Any, args: Any) -> tuple[Any, ...]:
+    if epilog is not None and not callable(epilog):
+        raise UnsupportedError(
+            f"epilog must be a callable (e.g. a ufunc or a function), not {type(epilog).__name__}"
+        )
+    return tuple(args or ())
+
+
+def _cpu_epilog(y: np.ndarray, epilog: Any, args: tuple[Any, ...]) -> Any:
+    """A ufunc runs in place on the output (NumPy's twin of a CuPy one); other callables as they are."""
+    if type(epilog).__name__ == "ufunc":
+        getattr(np, epilog.__name__)(y, *args, out=y)
+        return y
+    return epilog(y, *args)
+
+
+def _workers(options: FFTOptions) -> int:
+    return -1 if options.workers is None else options.workers
+
+
+def _one_shot_fft(
+    kind: str,
+    x: Any,
+    n: Any,
+    axes: Any,
+    norm: Any,
+    epilog: Any,
+    epilog_args: Any,
+    execution: Any,
+    options: Any,
+) -> Any:
+    x = _arraylike(x)
+    n, axes = _fft_args(kind, x, n, axes, norm)
+    args = _check_epilog(epilog, epilog_args)
+    place = _Placement({"x": x}, execution)
+    xs = place.move(x)
+    args = tuple(place.move(v) if hasattr(v, "shape") else v for v in args)
+    if place.space.is_cuda:
+        import cupy
+
+        from ust.backends.cuda import cufft
+
+        with cupy.cuda.Device(place.device_id):
+            y = cufft.one_shot(kind, xs, n, axes, norm)
+            if epilog is not None:
+                y = cufft.apply_epilog(y, epilog, args)
+    else:
+        from ust.backends.cpu import dense as cpu
+
+        y = cpu.fft(kind, xs, n, axes, norm, _workers(_options(FFTOptions, options)))
+        if epilog is not None:
+            y = _cpu_epilog(y, epilog, args)
+    return place.back(y)
+
+
+def _fft_doc(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__doc__ = (
+            f"scipy.fft.{kind} on NumPy input (worker threads: options={{'workers': N}}), cuFFT on CuPy input.\n\n"
+            "``epilog(y, *epilog_args)`` runs on the output in one extra pass: a ufunc in place, any other\n"
+            "callable as one fused kernel on the GPU.  ``execution=`` moves the data as elsewhere in ust."
+        )
+        return fn
+
+    return deco
+
+
+@_fft_doc("fft")
+def fft(
+    x: Any,
+    n: Any = None,
+    axis: int = -1,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("fft", x, n, axis, norm, epilog, epilog_args, execution, options)
+
+
+@_fft_doc("ifft")
+def ifft(
+    x: Any,
+    n: Any = None,
+    axis: int = -1,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("ifft", x, n, axis, norm, epilog, epilog_args, execution, options)
+
+
+@_fft_doc("rfft")
+def rfft(
+    x: Any,
+    n: Any = None,
+    axis: int = -1,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("rfft", x, n, axis, norm, epilog, epilog_args, execution, options)
+
+
+@_fft_doc("irfft")
+def irfft(
+    x: Any,
+    n: Any = None,
+    axis: int = -1,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("irfft", x, n, axis, norm, epilog, epilog_args, execution, options)
+
+
+@_fft_doc("fftn")
+def fftn(
+    x: Any,
+    s: Any = None,
+    axes: Any = None,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("fftn", x, s, axes, norm, epilog, epilog_args, execution, options)
+
+
+@_fft_doc("ifftn")
+def ifftn(
+    x: Any,
+    s: Any = None,
+    axes: Any = None,
+    norm: Any = None,
+    *,
+    epilog: Any = None,
+    epilog_args: Any = (),
+    execution: Any = None,
+    options: Any = None,
+) -> Any:
+    return _one_shot_fft("ifftn", x, s, axes, norm, epilog, epilog_args, execution, options)
+
+
+class _CpuFFT:
+    """scipy.fft keeps its own plan cache; the CPU 'plan' is the checked arguments and the thread count."""
+
+    route = "scipy.fft"
+
+    def __init__(self, kind: str, n: Any, axes: Any, norm: Any, workers: int) -> None:
+        self.kind, self.n, self.axes, self.norm, self.workers = kind, n, axes, norm, workers
+
+    def execute(self, x: Any) -> Any:
+        from ust.backends.cpu import dense as cpu
+
+        return cpu.fft(self.kind, x, self.n, self.axes, self.norm, self.workers)
+
+
+class FFT(StatefulOperation):
+    """One transform planned once and executed many times: ``FFT(x, "rfft").plan(); y = fft.execute()``.
+
+    ``kind`` is one of fft, ifft, rfft, irfft (``n``: int, ``axes``: one axis, default -1) or fftn,
+    ifftn (``n``: scipy's ``s`` tuple, ``axes``: a tuple).  On the GPU the object keeps its cuFFT plan
+    (called directly for 1-D transforms of contiguous data); on the CPU scipy.fft runs with
+    ``options={"workers": N}`` threads.  ``plan(epilog=f, epilog_args=(g,))`` adds an elementwise
+    epilogue on the output.
+    """
+
+    kind = "dense.fft"
+
+    def __init__(
+        self,
+        x: Any,
+        kind: str = "fft",
+        *,
+        n: Any = None,
+        axes: Any = None,
+        norm: Any = None,
+        execution: Any = None,
+        options: Any = None,
+    ) -> None:
+        super().__init__()
+        self.options = _options(FFTOptions, options)
+        x = _arraylike(x)
+        self._transform = kind
+        self._n, self._axes = _fft_args(kind, x, n, axes, norm)
+        self._norm = norm
+        self._place = _Placement({"x": x}, execution)
+        self._shape, self._dtype = tuple(x.shape), _dtype_name(x)
+        self._x = self._place.move(x)
+        self._runner: Any = None
+        self._epilog: Any = None
+        self._epilog_args: tuple[Any, ...] = ()
+
+    @property
+    def route(self) -> str:
+        return "unplanned" if self._runner is None else str(self._runner.route)
+
+    def plan(self, epilog: Any = None, epilog_args: Any = ()) -> None:
+        """Create the cuFFT plan (GPU) or fix the scipy.fft call (CPU); remember the epilogue."""
+        self._require("plan")
+        args = _check_epilog(epilog, epilog_args)
+        self._epilog = epilog
+        self._epilog_args = tuple(self._place.move(v) if hasattr(v, "shape") else v for v in args)
+        if self._runner is not None and hasattr(self._runner, "free"):
+            self._runner.free()
+        if self._place.space.is_cuda:
+            from ust.backends.cuda.cufft import GpuFFT
+
+            self._runner = GpuFFT(
+                self._transform, self._x, self._n, self._axes, self._norm, self._place.device_id
+            )
+        else:
+            self._runner = _CpuFFT(self._transform, self._n, self._axes, self._norm, _workers(self.options))
+        self._mark("plan")
+        _log.info("FFT %s of %s %s: route %s", self._transform, self._dtype, self._shape, self._runner.route)
+
+    def _execute(self, stream: Any = None) -> Any:  # type: ignore[override]
+        if self._place.space.is_cuda:
+            import cupy
+
+            from ust.backends.cuda import cufft
+
+            ctx: Any = (
+                cupy.cuda.ExternalStream(self._place.stream(stream))
+                if stream is not None
+                else contextlib.nullcontext()
+            )
+            with ctx:
+                y = self._runner.execute(self._x)
+                if self._epilog is not None:
+                    y = cufft.apply_epilog(y, self._epilog, self._epilog_args)
+        else:
+            y = self._runner.execute(self._x)
+            if self._epilog is not None:
+                y = _cpu_epilog(y, self._epilog, self._epilog_args)
+        return self._place.back(y)
+
+    def _reset_operands(self, x: Any = None) -> None:  # type: ignore[override]
+        if x is None:
+            return
+        x = _arraylike(x)
+        if tuple(x.shape) != self._shape or _dtype_name(x) != self._dtype:
+            raise ShapeError(
+                f"new x is {_dtype_name(x)} {tuple(x.shape)}, but the plan is for {self._dtype} {self._shape}"
+            )
+        if operand_package(x) != self._place.package:
+            raise UnsupportedError(
+                f"new x is a {operand_package(x)} array but the plan is for {self._place.package}"
+            )
+        self._place.check("x", x, False)
+        moved = self._place.move(x)
+        direct = self._place.space.is_cuda and self._runner is not None and self._runner.direct is not None
+        if direct and not moved.flags.c_contiguous:
+            raise ShapeError(
+                "new x is not C-contiguous, but the plan calls cuFFT directly on contiguous data"
+            )
+        self._x = moved
+
+    def reset_operands_unchecked(self, x: Any) -> None:
+        """The fast path of :meth:`reset_operands` (same shape, dtype, layout and device; not checked)."""
+        self._x = self._place.move(x) if self._place.moves else x
+
+    def _free(self) -> None:
+        if self._runner is not None and hasattr(self._runner, "free"):
+            self._runner.free()
+        self._runner = None
+        self._x = None
+
+    def _key(self) -> dict[str, Any]:
+        return {
+            "kind": self._transform,
+            "shape": list(self._shape),
+            "dtype": self._dtype,
+            "n": self._n if not isinstance(self._n, tuple) else list(self._n),
+            "axes": self._axes if not isinstance(self._axes, tuple) else list(self._axes),
+            "norm": self._norm,
+            "space": self._place.space.kind,
+        }
+
+    def _plan_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"route": self._runner.route, "key": self._key()}
+        if self._place.space.is_cuda:
+            payload["direct"] = self._runner.direct is not None
+        else:
+            payload["workers"] = self._runner.workers
+        return payload
+
+    def _plan_device(self) -> str:
+        if self._place.space.is_cuda:
+            from ust.backends.cuda.cublaslt import device_description
+
+            return device_description(self._place.device_id)
+        return "cpu"
+
+    def _plan_versions(self) -> dict[str, str]:
+        if self._place.space.is_cuda:
+            import cupy
+
+            return {"cufft": str(cupy.cuda.cufft.getVersion())}
+        import scipy
+
+        return {"scipy": scipy.__version__}
+
+    def load_plan(self, path: str | os.PathLike[str], epilog: Any = None, epilog_args: Any = ()) -> bool:
+        """Check a saved FFT plan against these operands and plan (epilogues are code: pass them again).
+
+        Returns False (and plans afresh) when the file was made on another device or library version.
+        """
+        self._require("load a plan")
+        saved = self.read_plan(path, device=self._plan_device(), versions=self._plan_versions())
+        if saved is not None and saved["key"] != self._key():
+            raise PlanFileError(
+                f"{os.fspath(path)} was made for {saved['key']}, not for this input ({self._key()})"
+            )
+        self.plan(epilog, epilog_args)
+        return saved is not None
