@@ -78,12 +78,32 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_info(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    import json
+
+    from ust.info import collect_info, format_info
+
+    report = collect_info()
+    print(json.dumps(report, indent=2) if args.json else format_info(report))
+    return 0
+
+
 _COMMANDS: dict[str, _Command] = {
     "check": _Command(
         "parse and validate format declarations, print their canonical text and levels",
         "ust check formats.ust",
         _configure_check,
         _run_check,
+    ),
+    "info": _Command(
+        "versions, devices, and which routes are available (and, for each missing one, why and which extra installs it)",
+        "ust info",
+        _configure_info,
+        _run_info,
     ),
     "demo": _Command(
         "show what ust does, end to end, on a generated or given matrix",
