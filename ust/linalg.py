@@ -255,26 +255,39 @@ def _to_scipy_csr(a: Any) -> Any:
     raise UnsupportedError(f"cannot read a sparse matrix from {type(a).__name__}")
 
 
-def _to_cupyx_csr(a: Any, device_id: int) -> Any:
-    """``a`` as a cupyx CSR matrix on ``device_id`` (shares arrays when it already is one there)."""
+def _to_cupyx_csr(a: Any, device_id: int, dtype: np.dtype) -> Any:
+    """``a`` as a cupyx CSR matrix of ``dtype`` on ``device_id`` (shares arrays when it already is one).
+
+    Values are cast before cupyx sees them (it holds only float / complex / bool values), on the
+    host when the matrix comes from the host.
+    """
     import cupy
     import cupyx.scipy.sparse as csp
 
     pkg = operand_package(a)
     with cupy.cuda.Device(device_id):
         if pkg == "cupyx" and operand_space(a).device_id == device_id:
-            return a.tocsr()
+            m = a.tocsr()
+            return m if m.dtype == dtype else m.astype(dtype)
         if pkg == "torch" and a.device.type == "cuda" and a.device.index == device_id:
             import torch
 
             t = a.detach()
             if t.layout != torch.sparse_csr:
                 t = t.coalesce().to_sparse_csr()
-            arrays = [cupy.from_dlpack(x) for x in (t.values(), t.col_indices(), t.crow_indices())]
-            return csp.csr_matrix(tuple(arrays), shape=tuple(t.shape))
+            data, indices, indptr = (
+                cupy.from_dlpack(x) for x in (t.values(), t.col_indices(), t.crow_indices())
+            )
+            return csp.csr_matrix((data.astype(dtype, copy=False), indices, indptr), shape=tuple(t.shape))
         if pkg == "ust" and hasattr(a, "to_cupyx") and operand_space(a).device_id == device_id:
-            return a.to_cupyx().tocsr()
-        return csp.csr_matrix(_to_scipy_csr(a))
+            m = a.to_cupyx().tocsr()
+            return m if m.dtype == dtype else m.astype(dtype)
+        host = _to_scipy_csr(a)
+        if not host.has_canonical_format:
+            host = host.copy()
+            host.sum_duplicates()
+        arrays = (host.data.astype(dtype, copy=False), host.indices, host.indptr)
+        return csp.csr_matrix(tuple(cupy.asarray(x) for x in arrays), shape=host.shape)
 
 
 @dataclass
@@ -378,6 +391,14 @@ def _structural_diagnosis(full: Any) -> str:
     return "; its structure allows a nonsingular matrix, so it is numerically singular"
 
 
+def _norm_inf(a: Any, xp: Any) -> float:
+    """``||A||_inf``, the largest row sum of magnitudes."""
+    if not a.nnz:
+        return 0.0
+    mag = abs(a)
+    return float((mag @ xp.ones(a.shape[1], dtype=mag.dtype)).max())
+
+
 def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = None) -> float:
     """Normwise backward error ``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)``.
 
@@ -385,7 +406,7 @@ def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = 
     gives NaN.
     """
     if norm_a is None:
-        norm_a = float((abs(a) @ xp.ones(a.shape[1], dtype=np.float64)).max()) if a.nnz else 0.0
+        norm_a = _norm_inf(a, xp)
     r = b - a @ x
     num = abs(r).max(axis=0)
     den = norm_a * abs(x).max(axis=0) + abs(b).max(axis=0)
@@ -541,7 +562,11 @@ class DirectSolver(StatefulOperation):
     def _load_matrix(self, a: Any) -> _Csr:
         t0 = time.perf_counter()
         src = operand_space(a)
-        m = _to_cupyx_csr(a, self.space.device_id or 0) if self.space.is_cuda else _to_scipy_csr(a)
+        m = (
+            _to_cupyx_csr(a, self.space.device_id or 0, self.dtype)
+            if self.space.is_cuda
+            else _to_scipy_csr(a)
+        )
         c = _canonical(m, self.dtype, self.space)
         if src != self.space:
             nbytes = sum(int(x.nbytes) for x in (c.indptr, c.indices, c.data))
@@ -797,7 +822,7 @@ class DirectSolver(StatefulOperation):
         full = self._full_matrix()
         xp = self._csr.xp
         if self._norm_a is None:
-            self._norm_a = float((abs(full) @ xp.ones(self.n, dtype=np.float64)).max()) if full.nnz else 0.0
+            self._norm_a = _norm_inf(full, xp)
         t0 = time.perf_counter()
         be = backward_error(full, x, self._b, xp, self._norm_a)
         self.backward_error = be
