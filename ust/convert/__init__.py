@@ -1,0 +1,98 @@
+"""Conversions: any source into a Tensor (:func:`asarray`), any format into any other.
+
+Routes: a library's own conversion where both formats are canonical library layouts
+(SciPy on the CPU, cuSPARSE through CuPy on a GPU), otherwise the general path written once
+against ``xp`` (:mod:`ust.convert.unpack`, :mod:`ust.convert.pack`).  Interop modules:
+:mod:`~ust.convert.scipy`, :mod:`~ust.convert.cupyx`, :mod:`~ust.convert.torch`,
+:mod:`~ust.convert.dense`.  Nothing here imports CuPy or torch until handed their objects.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ust.runtime.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from ust.formats.model import Format
+    from ust.tensor import Tensor
+
+__all__ = ["asarray"]
+
+logging.getLogger("ust.convert").addHandler(logging.NullHandler())
+
+_SUPPORTED = (
+    "scipy.sparse (csr, csc, coo, bsr, dia, lil, dok), cupyx.scipy.sparse (csr, csc, coo, dia), "
+    "torch tensors (strided, sparse_coo, sparse_csr/csc/bsr/bsc), NumPy/CuPy arrays, ust.Tensor"
+)
+
+
+def _intake(obj: Any) -> Tensor:
+    """``obj`` as a Tensor in its own layout, sharing its buffers where they map 1:1."""
+    from ust.convert import _xp
+    from ust.tensor import Tensor
+
+    if isinstance(obj, Tensor):
+        return obj
+    mod = type(obj).__module__.split(".", 1)[0]
+    if mod == "scipy":
+        from ust.convert.scipy import from_scipy, is_scipy_sparse
+
+        if is_scipy_sparse(obj):
+            return from_scipy(obj)
+    if mod == "cupyx":
+        from ust.convert.cupyx import from_cupyx
+
+        return from_cupyx(obj)
+    if mod == "torch":
+        from ust.convert.torch import from_torch
+
+        return from_torch(obj)
+    from ust.convert.dense import from_dense
+
+    if isinstance(obj, np.ndarray) or _xp.is_cupy(obj):
+        return from_dense(obj)
+    if mod in ("builtins",) and isinstance(obj, (list, tuple)):
+        arr = np.asarray(obj)
+        if arr.dtype.kind in "iufc":
+            return from_dense(arr)
+    raise UnsupportedError(
+        f"cannot make a ust Tensor from {type(obj).__module__}.{type(obj).__name__}; supported: {_SUPPORTED}"
+    )
+
+
+def asarray(
+    obj: Any,
+    format: Format | str | None = None,  # noqa: A002 - the public name
+    *,
+    dtype: Any = None,
+    index_dtype: Any = None,
+    device: str | int | None = None,
+    prune: bool = False,
+    max_padding: int | None = None,
+) -> Tensor:
+    """A :class:`ust.Tensor` from a sparse matrix/array, a dense array or a Tensor.
+
+    With ``format=None`` the source's own layout is kept, sharing its buffers where the
+    layout maps 1:1 (scipy csr/csc/coo/bsr/dia, cupyx, torch; dense arrays become the
+    all-dense identity format).  ``format`` (a Format, a standard name such as ``"BSR[2,2]"``
+    or DSL text) converts; ``dtype`` casts the values, ``index_dtype`` the index buffers
+    (int32 / int64), ``device`` moves the buffers (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+    The caller's arrays are never modified.
+    """
+    from ust.formats.library import resolve
+
+    fmt = None if format is None else resolve(format)  # bad format text fails before any work
+    t = _intake(obj)
+    if dtype is not None and np.dtype(dtype) != t.dtype:
+        t = t.astype(dtype, copy=False)
+    if device is not None:
+        t = t.to(device)
+    if fmt is not None:
+        t = t.convert(fmt, index_dtype=index_dtype, prune=prune, max_padding=max_padding)
+    elif index_dtype is not None and np.dtype(index_dtype) != t.index_dtype:
+        t = t.convert(t.format, index_dtype=index_dtype)
+    return t

@@ -1,0 +1,177 @@
+"""Array-namespace helpers: which package an array lives in, and the few primitives whose
+fastest form differs between NumPy and CuPy.
+
+Everything else in :mod:`ust.convert` is written once against ``xp`` (NumPy on the CPU, CuPy
+on the GPU).  The primitives here keep the *same contract* on both: a stable counting sort, a
+segment expansion, a segmented sum.  On the CPU the counting sort runs in SciPy's compiled
+``coo_tocsr`` (a stable bucket pass, O(n + buckets)); on the GPU it is CuPy's radix argsort.
+Nothing here imports CuPy unless it is handed a CuPy array.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_index",
+    "counting_sort",
+    "device_of",
+    "expand_segments",
+    "is_cupy",
+    "namespace",
+    "segment_sum",
+    "stable_order",
+    "to_host",
+]
+
+#: Largest number of buckets one counting pass may use (memory: one index per bucket).
+_MAX_BUCKETS = 1 << 26
+
+
+def is_cupy(a: Any) -> bool:
+    """True for a CuPy ndarray (checked by module name: CuPy is never imported here)."""
+    return type(a).__module__.split(".", 1)[0] == "cupy"
+
+
+def namespace(a: Any) -> ModuleType:
+    """NumPy or CuPy, whichever ``a`` belongs to."""
+    if is_cupy(a):
+        import cupy
+
+        return cupy
+    return np
+
+
+def device_of(a: Any) -> str:
+    """``"cpu"`` or ``"cuda:N"`` for an array."""
+    if is_cupy(a):
+        return f"cuda:{a.device.id}"
+    return "cpu"
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy array (a device-to-host copy for CuPy arrays, no copy for NumPy ones)."""
+    return a.get() if is_cupy(a) else np.asarray(a)
+
+
+def as_index(a: Any, dtype: Any) -> Any:
+    """``a`` in the index dtype, without a copy when it already is."""
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- segment expansion
+
+
+def expand_segments(xp: ModuleType, counts: Any, total: int | None = None) -> Any:
+    """Segment id of every element: ``repeat(arange(len(counts)), counts)`` (int64).
+
+    NumPy has it compiled; on CuPy the same array comes from marking where each non-empty
+    segment starts and a prefix sum (no host round trip per segment).
+    """
+    nseg = int(counts.shape[0])
+    if xp is np:
+        return np.repeat(np.arange(nseg, dtype=np.int64), counts)
+    if total is None:
+        total = int(counts.sum())
+    out = xp.zeros(total, dtype=np.int64)
+    if total == 0:
+        return out
+    nonempty = xp.flatnonzero(counts)
+    starts = xp.cumsum(counts) - counts
+    # each non-empty segment start gets the jump in segment id from the previous non-empty one
+    jumps = xp.empty(nonempty.shape[0], dtype=np.int64)
+    jumps[0] = nonempty[0]
+    jumps[1:] = nonempty[1:] - nonempty[:-1]
+    out[starts[nonempty]] = jumps
+    return xp.cumsum(out)
+
+
+# ----------------------------------------------------------------------------- sorting
+
+
+@functools.cache
+def _sparsetools() -> Any:
+    try:
+        from scipy.sparse import _sparsetools
+    except ImportError:  # pragma: no cover - private module moved
+        return None
+    return _sparsetools
+
+
+def counting_sort(xp: ModuleType, key: Any, nbuckets: int) -> tuple[Any, Any]:
+    """Stable sort by a small integer key in ``[0, nbuckets)``.
+
+    Returns ``(perm, ptr)``: ``key[perm]`` is sorted (ties keep their order) and bucket ``b``
+    holds ``perm[ptr[b]:ptr[b+1]]`` (``ptr`` has ``nbuckets + 1`` entries, int64).
+    """
+    n = int(key.shape[0])
+    st = _sparsetools() if xp is np else None
+    if st is not None and nbuckets <= _MAX_BUCKETS:
+        itype = np.int32 if max(n, nbuckets) < 2**31 - 1 else np.int64
+        k = np.ascontiguousarray(key, dtype=itype)
+        if n and (int(k.min()) < 0 or int(k.max()) >= nbuckets):  # memory safety of the C pass
+            raise ValueError("counting_sort: key out of range")
+        ptr = np.empty(nbuckets + 1, dtype=itype)
+        sorted_key = np.empty(n, dtype=itype)
+        perm = np.empty(n, dtype=np.int64)
+        st.coo_tocsr(nbuckets, 1, n, k, k, np.arange(n, dtype=np.int64), ptr, sorted_key, perm)
+        return perm, ptr.astype(np.int64, copy=False)
+    perm = xp.argsort(key, kind="stable")
+    ptr = xp.zeros(nbuckets + 1, dtype=np.int64)
+    if n:
+        xp.cumsum(xp.bincount(key, minlength=nbuckets), out=ptr[1:])
+    return perm, ptr
+
+
+def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
+    """Permutation that sorts entries lexicographically by ``keys`` (most significant first).
+
+    Stable (ties keep their order).  ``keys[k]`` lies in ``[0, extents[k])``.  Levels are
+    fused into as few keys as fit one counting pass (CPU) or one 64-bit radix sort (GPU), then
+    sorted least significant first.
+    """
+    n = int(keys[0].shape[0]) if keys else 0
+    if not keys or n <= 1:
+        return None
+    limit = _MAX_BUCKETS if xp is np else 2**62
+    # fuse from the most significant level down while the product of extents stays in limit
+    groups: list[tuple[Any, int]] = []
+    cur, cur_ext = None, 1
+    for k, ext in zip(keys, extents):
+        ext = max(int(ext), 1)
+        if cur is not None and cur_ext * ext <= limit:
+            cur = cur * ext + k.astype(np.int64)
+            cur_ext *= ext
+        else:
+            if cur is not None:
+                groups.append((cur, cur_ext))
+            cur, cur_ext = k.astype(np.int64, copy=False), ext
+    groups.append((cur, cur_ext))
+    if xp is not np and len(groups) == 1:
+        return xp.argsort(groups[0][0], kind="stable")
+    perm = None
+    for g, ext in reversed(groups):
+        gk = g if perm is None else g[perm]
+        if xp is np:
+            p, _ = counting_sort(xp, gk, ext)
+        else:
+            p = xp.argsort(gk, kind="stable")
+        perm = p if perm is None else perm[p]
+    return perm
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def segment_sum(xp: ModuleType, values: Any, starts: Any) -> Any:
+    """Sum of each run ``values[starts[g]:starts[g+1]]`` (the last run ends at the end).
+
+    ``starts`` is ascending, starts at 0 and has no empty runs; the sum keeps the dtype.
+    """
+    if values.shape[0] == 0:
+        return values[:0]
+    return xp.add.reduceat(values, starts, dtype=values.dtype)

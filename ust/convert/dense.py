@@ -1,0 +1,81 @@
+"""Dense arrays in and out: NumPy on the CPU, CuPy on a GPU, any number of dimensions.
+
+A dense array becomes a tensor of the all-dense identity format without a copy (C order);
+``todense`` writes a tensor's entries into a new array (duplicates summed, DIA padding and
+fill dropped), through scipy's compiled routines where the format is a scipy layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.convert.layouts import library_layout
+from ust.convert.validate import check_value_dtype
+from ust.formats.library import format as parse_format
+from ust.formats.model import Dim, Format
+from ust.runtime.errors import ShapeError
+
+if TYPE_CHECKING:
+    from ust.tensor import Tensor
+
+__all__ = ["dense_format", "from_dense", "todense"]
+
+
+@functools.lru_cache(maxsize=32)
+def dense_format(ndim: int) -> Format:
+    """``(d0, ..., dn) -> (d0 : dense, ..., dn : dense)``: a C-ordered dense array."""
+    names = [f"d{k}" for k in range(ndim)]
+    return parse_format(f"({', '.join(names)}) -> ({', '.join(f'{n} : dense' for n in names)})")
+
+
+def from_dense(arr: Any) -> Tensor:
+    """A dense-format tensor whose values are ``arr`` in C order (a view when contiguous)."""
+    from ust.tensor import Tensor
+
+    if arr.ndim == 0:
+        raise ShapeError("a 0-dimensional array is not a tensor ust can store; reshape it to (1,)")
+    check_value_dtype(arr.dtype, "dense arrays")
+    xp = _xp.namespace(arr)
+    vals = xp.ascontiguousarray(arr).reshape(-1)
+    return Tensor(arr.shape, dense_format(arr.ndim), vals, check=False)
+
+
+def todense(t: Tensor) -> Any:
+    """A new dense array of ``t.shape`` holding ``t``'s entries."""
+    xp = t.xp
+    fmt = t.format
+    if fmt.is_dense and all(isinstance(lv.expr, Dim) for lv in fmt.levels):
+        lvl_shape = fmt.lvl_shape(t.shape)
+        order = [lv.expr.dim for lv in fmt.levels]  # type: ignore[union-attr]
+        arr = t.values.reshape(lvl_shape).transpose([order.index(d) for d in range(t.ndim)])
+        return xp.ascontiguousarray(arr).copy() if arr.base is t.values.base else xp.ascontiguousarray(arr)
+    lay = library_layout(fmt)
+    if xp is np and t.ndim == 2 and lay is not None and lay.name != "bsc":
+        from ust.convert.scipy import to_scipy
+
+        return to_scipy(t).toarray()
+    from ust.convert.unpack import unpack
+
+    ent = unpack(t, keep_zeros=True)
+    out = xp.zeros(t.shape, dtype=t.dtype)
+    if ent.n == 0:
+        return out
+    lin = None
+    for c, s in zip(ent.dims(), t.shape):
+        lin = c.astype(np.int64) if lin is None else lin * s + c
+    flat = out.reshape(-1)
+    if ent.unique:
+        flat[lin] = ent.values
+        return out
+    order = xp.argsort(lin, kind="stable")
+    lin = lin[order]
+    starts_mask = xp.empty(lin.shape[0], dtype=bool)
+    starts_mask[0] = True
+    xp.not_equal(lin[1:], lin[:-1], out=starts_mask[1:])
+    starts = xp.flatnonzero(starts_mask)
+    flat[lin[starts]] = _xp.segment_sum(xp, ent.values[order], starts)
+    return out

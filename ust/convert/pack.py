@@ -1,0 +1,338 @@
+"""Pack coordinates into a target format: the second half of the general conversion.
+
+Written once against the array namespace ``xp``.  The entries are mapped to the target's
+level coordinates (``dim_to_lvl``), put in the target's lexicographic level order (no sort
+when the source order already is it, otherwise a stable sort by as few leading levels as
+:func:`~ust.convert.analysis.sort_prefix` allows), duplicates are summed where the target is
+unique, and each level is built from the sorted coordinates: a new position starts where
+the coordinates of the level (and of its singleton chain) change, ``pos`` comes from a
+bincount of the parents, dense levels compute positions arithmetically and leave explicit
+zeros in the value slots nobody filled.  No Python loop over entries, rows or blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.convert.analysis import batch_levels, per_entry_start, sort_prefix
+from ust.convert.unpack import Entries
+from ust.formats.model import Format, LevelFormat
+from ust.runtime.errors import FormatError
+
+__all__ = ["DEFAULT_MIN_PADDING", "pack", "padding_limit"]
+
+log = logging.getLogger("ust.convert")
+
+#: Padding (value slots that hold no entry) always allowed, whatever the entry count.
+DEFAULT_MIN_PADDING = 1 << 22
+#: Padding allowed per stored entry by default.
+DEFAULT_PADDING_FACTOR = 16
+_I32_MAX = 2**31 - 1
+
+
+def padding_limit(n_entries: int, max_padding: int | None) -> int:
+    """The padding a conversion may add: ``max_padding`` or the default
+    ``max(16 * entries, 4 Mi)`` value slots."""
+    if max_padding is not None:
+        return int(max_padding)
+    return max(DEFAULT_PADDING_FACTOR * n_entries, DEFAULT_MIN_PADDING)
+
+
+def _check_padding(fmt: Format, shape: tuple[int, ...], slots: int, n: int, max_padding: int | None) -> None:
+    limit = padding_limit(n, max_padding)
+    if slots - n > limit:
+        name = fmt.standard_name or fmt.map_text()
+        raise FormatError(
+            f"[padding-limit] storing {n} entries of a {shape} tensor as {name} needs {slots} value "
+            f"slots ({slots - n} of them padding), more than the limit of {limit}; pass "
+            f"max_padding={slots - n} (or more) to allow it",
+            rule="padding-limit",
+        )
+
+
+def choose_index_dtype(fmt: Format, shape: tuple[int, ...], counts: list[int]) -> np.dtype:
+    """int32 when every coordinate bound and position count fits, else int64."""
+    big = max([0, *counts, *(max(abs(lo), abs(hi)) for lo, hi in fmt.lvl_bounds(shape))])
+    return np.dtype(np.int32 if big <= _I32_MAX else np.int64)
+
+
+def _changes(xp: ModuleType, c: Any) -> Any:
+    """Boolean of length n: entry e's coordinate differs from entry e-1's (entry 0: True)."""
+    out = xp.empty(c.shape[0], dtype=bool)
+    if c.shape[0]:
+        out[0] = True
+        xp.not_equal(c[1:], c[:-1], out=out[1:])
+    return out
+
+
+def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any], Any, list[Any]]:
+    """Target level coordinates (0-based per level), sorted, merged; plus change masks."""
+    xp = ent.xp
+    shape = ent.shape
+    bounds = fmt.lvl_bounds(shape)
+    extents = [hi - lo for lo, hi in bounds]
+    if ent.fmt == fmt:
+        lvl = list(ent.lvl)
+    else:
+        lvl = list(fmt.dim_to_lvl(ent.dims()))
+    c = [x - lo if lo else x for x, (lo, _) in zip(lvl, bounds)]
+    values = ent.values
+    p = fmt.nlevels if ent.sorted_by is None else sort_prefix(ent.sorted_by, fmt)
+    if p and ent.n > 1:
+        perm = _xp.stable_order(xp, c[:p], extents[:p])
+        c = [x[perm] for x in c]
+        values = values[perm]
+    log.debug("general path: sorted by %d of %d target levels", p, fmt.nlevels)
+    chg: list[Any] = [None] * fmt.nlevels
+    if merge and not ent.unique and ent.n > 1:
+        chg = [_changes(xp, x) for x in c]
+        starts_mask = chg[0]
+        for m in chg[1:]:
+            starts_mask = starts_mask | m
+        starts = xp.flatnonzero(starts_mask)
+        if int(starts.shape[0]) < ent.n:
+            values = _xp.segment_sum(xp, values, starts)
+            c = [x[starts] for x in c]
+            chg = [None] * fmt.nlevels
+    return c, values, chg
+
+
+def pack(
+    ent: Entries,
+    fmt: Format,
+    *,
+    index_dtype: Any = None,
+    prune: bool = False,
+    max_padding: int | None = None,
+) -> Any:
+    """Build a :class:`~ust.tensor.Tensor` in ``fmt`` holding the entries ``ent``."""
+    from ust.tensor import Tensor
+
+    xp = ent.xp
+    shape = ent.shape
+    L = fmt.nlevels
+    bounds = fmt.lvl_bounds(shape)
+    extents = [hi - lo for lo, hi in bounds]
+    keep_dups = not fmt.levels[-1].type.unique
+    structured = fmt.levels[-1].format is LevelFormat.STRUCTURED
+    if structured and ent.n:
+        nz = xp.flatnonzero(ent.values != 0)
+        if int(nz.shape[0]) < ent.n:
+            ent = Entries(
+                xp, ent.fmt, shape, [x[nz] for x in ent.lvl], ent.values[nz], ent.sorted_by, ent.unique
+            )
+    c, values, chg = order_and_merge(ent, fmt, merge=not keep_dups)
+    n = int(values.shape[0])
+    unique = not keep_dups  # merged (or the source was unique)
+    first_per_entry = per_entry_start(fmt) if keep_dups else L
+
+    def change(k: int) -> Any:
+        if chg[k] is None:
+            chg[k] = _changes(xp, c[k])
+        return chg[k]
+
+    pos: list[Any] = [None] * L
+    crd: list[Any] = [None] * L
+    P = 1  # positions of the previous level
+    pe: Any = None  # per-entry position at the previous level (None: the root, all 0)
+    bnd: Any = None  # per-entry "starts a new position at the previous level" (None: root)
+    first: Any = None  # first entry of each position at the previous level (None: identity)
+    counts_per_level: list[int] = []
+    for k, lv in enumerate(fmt.levels):
+        f = lv.format
+        S = extents[k]
+        lo = bounds[k][0]
+        if f in (LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE):
+            if P * max(S, 1) > 2**62:
+                _check_padding(fmt, shape, P * S, n, max_padding)
+            pe = c[k].astype(np.int64) if pe is None else pe * S + c[k]
+            P *= S
+            if k + 1 < L and n:
+                bnd = change(k) if bnd is None else bnd | change(k)
+                first = None  # recomputed lazily by a sparse child
+            counts_per_level.append(P)
+            continue
+        if f is LevelFormat.STRUCTURED:
+            crd[k], values, P = _structured(
+                xp, lv.type.n, lv.type.m, pe, P, c[k], values, prune, fmt, shape, max_padding
+            )
+            pe = None
+            counts_per_level.append(P)
+            break
+        if f is LevelFormat.SINGLETON:
+            crd[k] = _shift(c[k] if first is None else c[k][first], lo)
+            counts_per_level.append(P)
+            continue
+        # compressed / loose_compressed: a position per distinct (parent, coords of the chain)
+        end = k
+        while end + 1 < L and fmt.levels[end + 1].format is LevelFormat.SINGLETON:
+            end += 1
+        all_new = k >= first_per_entry or (unique and end == L - 1)
+        if all_new or n == 0:
+            new_first = None
+            Pk = n
+            pe_k = None
+        else:
+            b = change(k) if bnd is None else bnd | change(k)
+            for j in range(k + 1, end + 1):
+                b = b | change(j)
+            new_first = xp.flatnonzero(b)
+            Pk = int(new_first.shape[0])
+            pe_k = xp.cumsum(b, dtype=np.int64) - 1
+            bnd = b
+        crd[k] = _shift(c[k] if new_first is None else c[k][new_first], lo)
+        if pe is None:
+            ptr = xp.asarray(np.array([0, Pk], dtype=np.int64))
+        else:
+            parents = pe if new_first is None else pe[new_first]
+            ptr = xp.zeros(P + 1, dtype=np.int64)
+            if Pk:
+                xp.cumsum(xp.bincount(parents, minlength=P), out=ptr[1:])
+        if f is LevelFormat.LOOSE_COMPRESSED:
+            lohi = xp.empty(2 * P, dtype=np.int64)
+            lohi[0::2] = ptr[:-1]
+            lohi[1::2] = ptr[1:]
+            ptr = lohi
+        pos[k] = ptr
+        pe = xp.arange(n, dtype=np.int64) if pe_k is None and new_first is None else pe_k
+        if new_first is None and k + 1 < L:
+            bnd = xp.ones(n, dtype=bool)
+        first = new_first
+        P = Pk
+        counts_per_level.append(P)
+    if not structured:
+        _check_padding(fmt, shape, P, n, max_padding)
+        if pe is not None and not (n == P and _is_identity(xp, pe, n)):
+            out = xp.zeros(P, dtype=values.dtype)
+            out[pe] = values
+            values = out
+    itype = (
+        np.dtype(index_dtype) if index_dtype is not None else choose_index_dtype(fmt, shape, counts_per_level)
+    )
+    pos = [None if a is None else _xp.as_index(a, itype) for a in pos]
+    crd = [None if a is None else _xp.as_index(a, itype) for a in crd]
+    nb = batch_levels(fmt)
+    if nb:
+        pos, crd, values = _batchify(xp, fmt, shape, nb, pos, crd, values, itype)
+    return Tensor(shape, fmt, values, pos=pos, crd=crd, index_dtype=itype, check=False)
+
+
+def _shift(a: Any, lo: int) -> Any:
+    return a + lo if lo else a
+
+
+def _is_identity(xp: ModuleType, pe: Any, n: int) -> bool:
+    return n == 0 or (int(pe[0]) == 0 and int(pe[-1]) == n - 1)  # pe strictly increasing
+
+
+def _structured(
+    xp: ModuleType,
+    n_keep: int,
+    m: int,
+    parent: Any,
+    Q: int,
+    off: Any,
+    values: Any,
+    prune: bool,
+    fmt: Format,
+    shape: tuple[int, ...],
+    max_padding: int | None,
+) -> tuple[Any, Any, int]:
+    """structured[n, m]: per block of m, the n kept offsets ascending (padding: smallest unused)."""
+    nent = int(values.shape[0])
+    parent = xp.zeros(nent, dtype=np.int64) if parent is None else parent
+    if nent:
+        worst = int(xp.bincount(parent, minlength=Q).max())
+        if worst > n_keep and not prune:
+            raise FormatError(
+                f"[structured-overflow] a block of {m} holds {worst} nonzeros but "
+                f"structured[{n_keep}, {m}] keeps {n_keep}; pass prune=True to keep the "
+                f"{n_keep} largest magnitudes of each block",
+                rule="structured-overflow",
+            )
+    _check_padding(fmt, shape, Q * n_keep, min(nent, Q * n_keep), max_padding)
+    blk = xp.zeros((Q, m), dtype=values.dtype)
+    score = xp.full((Q, m), -1.0)
+    if nent:
+        blk[parent, off] = values
+        score[parent, off] = xp.abs(values)
+    # used offsets first (largest magnitude first), then unused ones in ascending order
+    sel = xp.argsort(-score, axis=1, kind="stable")[:, :n_keep]
+    sel = xp.sort(sel, axis=1)
+    vals = xp.take_along_axis(blk, sel, axis=1).reshape(-1)
+    return sel.reshape(-1), vals, Q * n_keep
+
+
+def _batchify(
+    xp: ModuleType,
+    fmt: Format,
+    shape: tuple[int, ...],
+    nb: int,
+    pos: list[Any],
+    crd: list[Any],
+    values: Any,
+    itype: np.dtype,
+) -> tuple[list[Any], list[Any], Any]:
+    """Flat buffers -> ``(B, cap)`` buffers, one row per batch member (positions local)."""
+    bounds = fmt.lvl_bounds(shape)
+    extents = [hi - lo for lo, hi in bounds]
+    B = int(np.prod(extents[:nb], dtype=np.int64))
+    cnt = xp.ones(B, dtype=np.int64)
+    start = xp.arange(B, dtype=np.int64)
+    out_pos: list[Any] = [None] * fmt.nlevels
+    out_crd: list[Any] = [None] * fmt.nlevels
+    cap_prev = 1
+    for k in range(nb, fmt.nlevels):
+        f = fmt.levels[k].format
+        if f in (LevelFormat.DENSE, LevelFormat.RANGE):
+            S = extents[k]
+            new_cnt, new_start, cap = cnt * S, start * S, cap_prev * S
+        elif f is LevelFormat.SINGLETON:
+            new_cnt, new_start, cap = cnt, start, cap_prev
+        else:
+            ptr = pos[k] if f is LevelFormat.COMPRESSED else _ptr_of_loose(xp, pos[k])
+            # positions of member t: from ptr at its first parent to ptr at its end
+            first_parent = start
+            end_parent = start + cnt
+            lo = ptr[first_parent].astype(np.int64)
+            hi = ptr[end_parent].astype(np.int64)
+            new_cnt, new_start = hi - lo, lo
+            cap = int(new_cnt.max()) if B else 0
+            # pos rows: local pointers, padded with the member's last value
+            q = xp.minimum(xp.arange(cap_prev + 1, dtype=np.int64)[None, :], cnt[:, None])
+            rows = ptr[(start[:, None] + q)].astype(np.int64) - new_start[:, None]
+            if f is LevelFormat.COMPRESSED:
+                out_pos[k] = rows.astype(itype)
+            else:
+                lohi = xp.empty((B, 2 * cap_prev), dtype=itype)
+                lohi[:, 0::2] = rows[:, :-1]
+                lohi[:, 1::2] = rows[:, 1:]
+                out_pos[k] = lohi
+        if crd[k] is not None:
+            out_crd[k] = _rows(xp, crd[k], new_cnt, new_start, cap, B)
+        cnt, start, cap_prev = new_cnt, new_start, cap
+    vals = _rows(xp, values, cnt, start, cap_prev, B)
+    return out_pos, out_crd, vals
+
+
+def _ptr_of_loose(xp: ModuleType, lohi: Any) -> Any:
+    ptr = xp.empty(lohi.shape[0] // 2 + 1, dtype=lohi.dtype)
+    ptr[:-1] = lohi[0::2]
+    ptr[-1] = lohi[-1] if lohi.shape[0] else 0
+    return ptr
+
+
+def _rows(xp: ModuleType, flat: Any, cnt: Any, start: Any, cap: int, B: int) -> Any:
+    """Scatter member ``t``'s contiguous flat range into row ``t`` of a ``(B, cap)`` array."""
+    out = xp.zeros((B, cap), dtype=flat.dtype)
+    total = int(flat.shape[0])
+    if total:
+        t = _xp.expand_segments(xp, cnt, total)
+        local = xp.arange(total, dtype=np.int64) - start[t]
+        out[t, local] = flat
+    return out

@@ -1,0 +1,172 @@
+"""Which way a conversion goes: a library's own conversion, or the general path.
+
+The route table is data: (source layout, target layout) -> the library call that produces
+exactly the target's canonical buffers, per device.  A route is taken only when the source
+is canonical (sorted, no duplicates) in a library layout and the target is one too; every
+other pair goes through the general path written once against ``xp``
+(:func:`~ust.convert.unpack.unpack` then :func:`~ust.convert.pack.pack`).  The choice and
+the reason are logged on ``ust.convert``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ust.convert.layouts import library_layout
+from ust.formats.model import Format
+from ust.runtime.errors import ShapeError, UnsupportedError
+
+if TYPE_CHECKING:
+    from ust.tensor import Tensor
+
+__all__ = ["CPU_ROUTES", "GPU_ROUTES", "convert", "explain_route"]
+
+log = logging.getLogger("ust.convert")
+
+# Library routes: (source layout, target layout) -> function(library object, target blocksize)
+# returning a library object whose buffers are the target's canonical buffers.
+_Route = Callable[[Any, Any], Any]
+
+
+def _sorted(a: Any) -> Any:
+    if not a.has_sorted_indices:
+        a.sort_indices()
+    return a
+
+
+CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
+    ("csr", "csc"): ("scipy csr.tocsc", lambda a, bs: a.tocsc()),
+    ("csr", "coo"): ("scipy csr.tocoo", lambda a, bs: a.tocoo()),
+    ("csc", "csr"): ("scipy csc.tocsr", lambda a, bs: a.tocsr()),
+    ("csc", "coo"): ("scipy csc.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
+    ("coo", "csr"): ("scipy coo.tocsr", lambda a, bs: a.tocsr()),
+    ("coo", "csc"): ("scipy coo.tocsc", lambda a, bs: a.tocsc()),
+    ("bsr", "csr"): ("scipy bsr.tocsr", lambda a, bs: a.tocsr()),
+    ("bsr", "csc"): ("scipy bsr.tocsc", lambda a, bs: a.tocsc()),
+    ("bsr", "coo"): ("scipy bsr.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
+    ("csr", "bsr"): ("scipy csr.tobsr", lambda a, bs: _sorted(a.tobsr(bs))),
+    ("dia", "csr"): ("scipy dia.tocsr", lambda a, bs: a.tocsr()),
+    ("dia", "csc"): ("scipy dia.tocsc", lambda a, bs: a.tocsr().tocsc()),
+    ("dia", "coo"): ("scipy dia.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
+}
+
+GPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
+    ("csr", "csc"): ("cupyx csr.tocsc (cuSPARSE)", lambda a, bs: a.tocsc()),
+    ("csr", "coo"): ("cupyx csr.tocoo (cuSPARSE)", lambda a, bs: a.tocoo()),
+    ("csc", "csr"): ("cupyx csc.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
+    ("coo", "csr"): ("cupyx coo.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
+    ("coo", "csc"): ("cupyx coo.tocsc (cuSPARSE)", lambda a, bs: a.tocsc()),
+}
+
+#: Value dtypes cupyx.scipy.sparse accepts.
+_CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
+
+
+def _library(t: Tensor, fmt: Format, route: str | None) -> tuple[str, _Route, Any] | None:
+    if route == "general":
+        return None
+    src = library_layout(t.format)
+    dst = library_layout(fmt)
+    if src is None or dst is None or not src.canonical or not dst.canonical:
+        return None
+    on_gpu = t.device != "cpu"
+    table = GPU_ROUTES if on_gpu else CPU_ROUTES
+    entry = table.get((src.name, dst.name))
+    if entry is None:
+        return None
+    if on_gpu and (t.dtype not in _CUPYX_DTYPES or max(t.nse, *t.shape) >= 2**31):
+        return None
+    if src.name == dst.name == "bsr":
+        return None
+    return entry[0], entry[1], dst.blocksize
+
+
+def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> str:
+    """One line saying how ``t.convert(fmt)`` would run, and why."""
+    from ust.formats.library import resolve
+
+    fmt = resolve(fmt)
+    if fmt == t.format:
+        return "no conversion: the tensor already has this format"
+    lib = _library(t, fmt, route)
+    if lib is not None:
+        return f"library route: {lib[0]} (both formats are canonical library layouts)"
+    src = t.format.standard_name or "custom"
+    dst = fmt.standard_name or "custom"
+    return f"general path on {t.device} ({src} -> {dst}): unpack levels, order, merge, pack"
+
+
+def convert(
+    t: Tensor,
+    fmt: Format,
+    *,
+    index_dtype: Any = None,
+    prune: bool = False,
+    max_padding: int | None = None,
+    route: str | None = None,
+) -> Tensor:
+    """``t`` in ``fmt`` (see :meth:`ust.Tensor.convert`); ``route="general"`` forces the
+    general path (benchmarks and tests compare the two)."""
+    if fmt.ndim != t.ndim:
+        raise ShapeError(f"cannot convert a {t.ndim}-D tensor to the {fmt.ndim}-D format {fmt.map_text()}")
+    fmt.lvl_bounds(t.shape)  # block sizes must divide the shape: FormatError before any work
+    itype = None if index_dtype is None else np.dtype(index_dtype)
+    if itype is not None and itype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise UnsupportedError(f"index_dtype must be int32 or int64, not {itype}")
+    if fmt == t.format and route is None:
+        if itype is None or itype == t.index_dtype:
+            return t
+        return t._replace(
+            [None if a is None else a.astype(itype) for a in (t.pos(k) for k in range(fmt.nlevels))],
+            [None if a is None else a.astype(itype) for a in (t.crd(k) for k in range(fmt.nlevels))],
+            t.values,
+            itype,
+        )
+    t0 = time.perf_counter()
+    lib = _library(t, fmt, route)
+    if lib is not None:
+        name, fn, blocksize = lib
+        out = _run_library(t, fmt, fn, blocksize, itype)
+        how = name
+    else:
+        from ust.convert.pack import pack
+        from ust.convert.unpack import unpack
+
+        out = pack(unpack(t), fmt, index_dtype=itype, prune=prune, max_padding=max_padding)
+        how = "general path"
+    if log.isEnabledFor(logging.INFO):
+        log.info(
+            "convert %s -> %s on %s: %s (%d entries, %.3f ms)",
+            t.format.standard_name or t.format.map_text(),
+            fmt.standard_name or fmt.map_text(),
+            t.device,
+            how,
+            t.nse,
+            1e3 * (time.perf_counter() - t0),
+        )
+    return out
+
+
+def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.dtype | None) -> Tensor:
+    import warnings
+
+    if t.device == "cpu":
+        from ust.convert.scipy import from_scipy_trusted, to_scipy
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = fn(to_scipy(t), blocksize)
+        out = from_scipy_trusted(res, fmt)
+    else:
+        from ust.convert.cupyx import from_cupyx_trusted, to_cupyx
+
+        res = fn(to_cupyx(t), blocksize)
+        out = from_cupyx_trusted(res, fmt)
+    if itype is not None and itype != out.index_dtype:
+        out = convert(out, fmt, index_dtype=itype)
+    return out

@@ -1,0 +1,259 @@
+"""SciPy interop: scipy.sparse arrays/matrices in, canonical scipy.sparse arrays out.
+
+Intake keeps scipy's own buffers (no copy) where the layout maps 1:1 -- csr, csc, coo, bsr,
+dia -- and labels them honestly: unsorted indices become ``compressed(nonordered)``,
+duplicates ``nonunique``, a coo without ``has_canonical_format`` the unordered, nonunique
+COO.  lil and dok are converted by scipy first (they have no array buffers).  Out-of-range
+indices, non-integer index arrays and unsupported value dtypes are errors before any work.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ust.convert.layouts import coo_format, library_layout, relabel
+from ust.convert.validate import INDEX_DTYPES, check_index_array, check_value_dtype
+from ust.formats.library import get
+from ust.formats.model import Format
+from ust.runtime.errors import ShapeError
+
+if TYPE_CHECKING:
+    from ust.tensor import Tensor
+
+__all__ = ["from_scipy", "from_scipy_trusted", "is_scipy_sparse", "to_scipy"]
+
+
+def is_scipy_sparse(obj: Any) -> bool:
+    mod = type(obj).__module__
+    if not mod.startswith("scipy.sparse"):
+        return False
+    import scipy.sparse as sp
+
+    return bool(sp.issparse(obj))
+
+
+def _index_pair(*arrays: Any) -> list[np.ndarray]:
+    """Index arrays in one int32/int64 dtype (no copy when scipy already has that)."""
+    arrays = tuple(np.asarray(a) for a in arrays)
+    for k, a in enumerate(arrays):
+        if a.dtype.kind not in "iu":
+            check_index_array(a, f"index array {k}")  # raises: floats, NaN, objects
+    dts = {np.dtype(a.dtype) for a in arrays}
+    if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
+        return list(arrays)
+    big = max((int(a.max()) for a in arrays if a.size), default=0)
+    itype = np.int32 if big < 2**31 and all(np.dtype(a.dtype).itemsize <= 4 for a in arrays) else np.int64
+    return [a.astype(itype) for a in arrays]
+
+
+def _values(data: Any, n: int) -> np.ndarray:
+    check_value_dtype(data.dtype)
+    return data if data.shape[0] == n else data[:n]
+
+
+def from_scipy(A: Any) -> Tensor:
+    """A Tensor around a scipy.sparse array or matrix (its buffers, where they map 1:1)."""
+    from ust.tensor import Tensor
+
+    fmt_name = A.format
+    check_value_dtype(A.dtype)
+    if fmt_name in ("lil", "dok") or (fmt_name in ("csr", "csc") and A.ndim != 2):
+        B = A.tocoo() if (fmt_name == "dok" or A.ndim != 2) else A.tocsr()
+        B.sum_duplicates()  # our own copy: canonicalise it
+        return from_scipy(B)
+    shape = tuple(int(s) for s in A.shape)
+    if fmt_name in ("csr", "csc"):
+        indptr, indices = _index_pair(A.indptr, A.indices)
+        nnz = int(indptr[-1]) if indptr.shape[0] else 0
+        if indices.shape[0] < nnz:
+            raise ShapeError(f"{fmt_name} indices hold {indices.shape[0]} entries but indptr ends at {nnz}")
+        base = get(fmt_name.upper())
+        fmt = _compressed_label(A, base, level=1, nnz=nnz)
+        return Tensor(
+            shape,
+            fmt,
+            _values(A.data, nnz),
+            pos={1: indptr},
+            crd={1: indices[:nnz]},
+            check="bounds",
+        )
+    if fmt_name == "coo":
+        coords = _index_pair(*A.coords)
+        n = int(A.data.shape[0])
+        if any(c.shape[0] != n for c in coords):
+            raise ShapeError("coo coordinate arrays and data differ in length")
+        fmt = coo_format(len(shape), canonical=bool(A.has_canonical_format))
+        itype = coords[0].dtype
+        return Tensor(
+            shape,
+            fmt,
+            _values(A.data, n),
+            pos={0: np.array([0, n], dtype=itype)},
+            crd=dict(enumerate(coords)),
+            check="bounds",
+        )
+    if fmt_name == "bsr":
+        r, c = (int(x) for x in A.blocksize)
+        if shape[0] % r or shape[1] % c:
+            from ust.runtime.errors import FormatError
+
+            raise FormatError(
+                f"[block-divides-shape] blocksize {(r, c)} does not divide the shape {shape}",
+                rule="block-divides-shape",
+            )
+        indptr, indices = _index_pair(A.indptr, A.indices)
+        nblk = int(indptr[-1]) if indptr.shape[0] else 0
+        fmt = _compressed_label(A, get(f"BSR[{r},{c}]"), level=1, nnz=nblk)
+        data = A.data[:nblk]
+        check_value_dtype(data.dtype)
+        return Tensor(
+            shape,
+            fmt,
+            np.ascontiguousarray(data).reshape(-1),
+            pos={1: indptr},
+            crd={1: indices[:nblk]},
+            check="bounds",
+        )
+    if fmt_name == "dia":
+        return _from_dia(A, shape)
+    from ust.runtime.errors import UnsupportedError
+
+    raise UnsupportedError(f"scipy format {fmt_name!r}; supported: csr, csc, coo, bsr, dia, lil, dok")
+
+
+def _compressed_label(A: Any, base: Format, *, level: int, nnz: int) -> Format:
+    """csr/csc/bsr: the standard format, or its nonordered / nonunique variant."""
+    if nnz == 0:
+        return base
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        canonical = bool(A.has_canonical_format)
+        if canonical:
+            return base
+        ordered = bool(A.has_sorted_indices)
+    if ordered:  # sorted but not canonical: duplicates
+        return relabel(base, level, unique=False, ordered=True)
+    probe = A.copy()
+    probe.sum_duplicates()
+    dups = int(probe.nnz if probe.format != "bsr" else probe.indptr[-1]) < nnz
+    return relabel(base, level, unique=not dups, ordered=False)
+
+
+def _from_dia(A: Any, shape: tuple[int, ...]) -> Tensor:
+    from ust.tensor import Tensor
+
+    (offsets,) = _index_pair(A.offsets)
+    data = A.data
+    check_value_dtype(data.dtype)
+    nd = int(offsets.shape[0])
+    N = shape[1]
+    if data.ndim != 2 or data.shape[0] != nd:
+        raise ShapeError(f"dia data has shape {data.shape}, expected ({nd}, width)")
+    if data.shape[1] != N or not data.flags.c_contiguous:
+        full = np.zeros((nd, N), dtype=data.dtype)
+        w = min(N, data.shape[1])
+        full[:, :w] = data[:, :w]
+        data = full
+    ordered = bool(nd < 2 or np.all(offsets[1:] > offsets[:-1]))
+    if not ordered and np.unique(offsets).shape[0] != nd:
+        raise ShapeError("dia offsets contain duplicates")
+    fmt = get("DIA") if ordered else relabel(get("DIA"), 0, ordered=False)
+    return Tensor(
+        shape,
+        fmt,
+        data.reshape(-1),
+        pos={0: np.array([0, nd], dtype=offsets.dtype)},
+        crd={0: offsets},
+        check="bounds",
+    )
+
+
+def from_scipy_trusted(A: Any, fmt: Format) -> Tensor:
+    """A library route's result (canonical by construction) in ``fmt``, without checks."""
+    from ust.tensor import Tensor
+
+    shape = tuple(int(s) for s in A.shape)
+    name = A.format
+    if name in ("csr", "csc", "bsr"):
+        indptr, indices = _index_pair(A.indptr, A.indices)
+        nnz = int(indptr[-1])
+        data = A.data[:nnz]
+        vals = data.reshape(-1) if name == "bsr" else data
+        return Tensor(shape, fmt, vals, pos={1: indptr}, crd={1: indices[:nnz]}, check=False)
+    if name == "coo":
+        coords = _index_pair(*A.coords)
+        n = int(A.data.shape[0])
+        return Tensor(
+            shape,
+            fmt,
+            A.data,
+            pos={0: np.array([0, n], dtype=coords[0].dtype)},
+            crd=dict(enumerate(coords)),
+            check=False,
+        )
+    return _from_dia(A, shape)
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _share(A: Any, **arrays: np.ndarray) -> Any:
+    """Put our index arrays back when scipy's constructor cast them (int64 with small values)."""
+    for name, a in arrays.items():
+        if getattr(A, name).dtype != a.dtype:
+            setattr(A, name, a)
+    return A
+
+
+def to_scipy(t: Tensor) -> Any:
+    """A canonical scipy.sparse *array*: csr/csc/coo/bsr/dia where ``t``'s format is one
+    (sharing its buffers when it is canonical), otherwise COO."""
+    import scipy.sparse as sp
+
+    if t.device != "cpu":
+        t = t.to("cpu")
+    lay = library_layout(t.format)
+    if lay is None or lay.name == "bsc":
+        if t.format.is_dense and t.ndim == 2:
+            return sp.coo_array(t.todense())
+        coo = coo_format(t.ndim)
+        from ust.convert.routes import convert
+
+        t = convert(t, coo)
+        lay = library_layout(coo) if t.ndim == 2 else None
+        if lay is None:
+            return sp.coo_array((t.values, tuple(t.crd(k) for k in range(t.ndim))), shape=t.shape)
+    canonical = lay.canonical
+    if not canonical:
+        t = t.copy()  # scipy canonicalises in place: never on the caller's buffers
+    shape = t.shape
+    if lay.name in ("csr", "csc"):
+        cls = sp.csr_array if lay.name == "csr" else sp.csc_array
+        A = _share(cls((t.values, t.crd(1), t.pos(1)), shape=shape), indices=t.crd(1), indptr=t.pos(1))
+    elif lay.name == "bsr":
+        r, c = lay.blocksize  # type: ignore[misc]
+        data = t.values.reshape(-1, r, c)
+        A = _share(sp.bsr_array((data, t.crd(1), t.pos(1)), shape=shape), indices=t.crd(1), indptr=t.pos(1))
+    elif lay.name == "coo":
+        A = sp.coo_array((t.values, (t.crd(0), t.crd(1))), shape=shape)
+        if canonical:
+            A.has_canonical_format = True
+        else:
+            A.sum_duplicates()
+        return A
+    else:  # dia
+        nd = int(t.crd(0).shape[0])
+        A = sp.dia_array((t.values.reshape(nd, shape[1]), t.crd(0)), shape=shape)
+        if not canonical:
+            order = np.argsort(A.offsets, kind="stable")
+            A = sp.dia_array((A.data[order], A.offsets[order]), shape=shape)
+        return A
+    if canonical:
+        A.has_sorted_indices = True
+        A.has_canonical_format = True
+    else:
+        A.sum_duplicates()
+    return A

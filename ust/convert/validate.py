@@ -1,0 +1,299 @@
+"""Checks that a set of buffers really is a tensor of a format (docs/storage.md).
+
+Three depths: ``"structure"`` (buffer presence, shapes, dtypes, devices, ``pos`` monotone and
+consistent with ``crd``), ``"bounds"`` (plus every coordinate inside its level's interval)
+and ``"full"`` (plus the order and uniqueness the format claims, where the format claims a
+lexicographic order).  All checks are vectorised; each raises an error of ust's hierarchy
+naming the level and what is wrong, before any work is done with the buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.convert.analysis import batch_levels, entries_unique, lex_sorted
+from ust.formats.model import Format, LevelFormat
+from ust.runtime.errors import DeviceError, FormatError, ShapeError, UnsupportedError
+
+__all__ = ["INDEX_DTYPES", "VALUE_KINDS", "check_buffers", "check_value_dtype"]
+
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: Value dtype kinds accepted: signed/unsigned integers, floats, complex.
+VALUE_KINDS = "iufc"
+_SUPPORTED_VALUES = "integer, float or complex dtypes (e.g. float32, float64, complex128, int64)"
+
+
+def check_value_dtype(dtype: Any, what: str = "values") -> np.dtype:
+    """The value dtype, or an UnsupportedError naming what is supported."""
+    dt = np.dtype(dtype)
+    if dt.kind not in VALUE_KINDS:
+        raise UnsupportedError(f"{what} of dtype {dt} are not supported; use {_SUPPORTED_VALUES}")
+    return dt
+
+
+def check_index_array(a: Any, what: str) -> None:
+    dt = np.dtype(a.dtype)
+    if dt.kind == "f":
+        raise UnsupportedError(
+            f"{what} has floating-point dtype {dt}: indices must be integers (int32 or int64)"
+        )
+    if dt not in INDEX_DTYPES:
+        raise UnsupportedError(f"{what} has dtype {dt}; index arrays must be int32 or int64")
+
+
+def _fail(k: int, msg: str, cls: type[Exception] = FormatError) -> Exception:
+    if cls is FormatError:
+        return FormatError(f"[buffers] level {k}: {msg}", rule="buffers", level=k)
+    return cls(f"level {k}: {msg}")
+
+
+def check_buffers(
+    shape: tuple[int, ...],
+    fmt: Format,
+    pos: Sequence[Any],
+    crd: Sequence[Any],
+    values: Any,
+    depth: str = "full",
+) -> None:
+    """Raise unless the buffers form a valid tensor of ``fmt`` and ``shape``."""
+    check_value_dtype(values.dtype)
+    arrays = [a for a in (*pos, *crd) if a is not None]
+    for k in range(fmt.nlevels):
+        if pos[k] is not None:
+            check_index_array(pos[k], f"pos({k})")
+        if crd[k] is not None:
+            check_index_array(crd[k], f"crd({k})")
+    if len({np.dtype(a.dtype) for a in arrays}) > 1:
+        raise UnsupportedError("all pos/crd arrays of a tensor must share one index dtype (int32 or int64)")
+    devs = {_xp.device_of(a) for a in (*arrays, values)}
+    if len(devs) > 1:
+        raise DeviceError(f"buffers live on different devices: {sorted(devs)}")
+    for k, lv in enumerate(fmt.levels):
+        if (pos[k] is not None) != lv.type.stores_pos:
+            raise _fail(
+                k, f"{lv.type.to_text()} {'needs' if lv.type.stores_pos else 'stores no'} a pos buffer"
+            )
+        if (crd[k] is not None) != lv.type.stores_crd:
+            raise _fail(
+                k, f"{lv.type.to_text()} {'needs' if lv.type.stores_crd else 'stores no'} a crd buffer"
+            )
+    xp = _xp.namespace(values)
+    bounds = fmt.lvl_bounds(shape)
+    nb = batch_levels(fmt)
+    if nb:
+        _check_batched(xp, shape, fmt, nb, bounds, pos, crd, values, depth)
+    else:
+        _check_flat(xp, shape, fmt, bounds, pos, crd, values, depth)
+    if depth == "full" and lex_sorted(fmt):
+        _check_order(shape, fmt, pos, crd, values)
+
+
+def _min_max(a: Any) -> tuple[int, int]:
+    return int(a.min()), int(a.max())
+
+
+def _check_pos(xp: Any, k: int, ptr: Any, nparents: int, axis_last: bool = False) -> None:
+    if ptr.shape[-1] != nparents + 1:
+        raise _fail(
+            k,
+            f"pos has {ptr.shape[-1]} entries per member, expected {nparents + 1} (parents + 1)",
+            ShapeError,
+        )
+    first = ptr[..., 0]
+    if bool(xp.any(first != 0)):
+        raise _fail(k, "pos must start at 0")
+    if ptr.shape[-1] > 1 and bool(xp.any(ptr[..., 1:] < ptr[..., :-1])):
+        raise _fail(k, "pos must be non-decreasing")
+
+
+def _check_flat(
+    xp: Any,
+    shape: tuple[int, ...],
+    fmt: Format,
+    bounds: tuple[tuple[int, int], ...],
+    pos: Sequence[Any],
+    crd: Sequence[Any],
+    values: Any,
+    depth: str,
+) -> None:
+    P = 1
+    for k, lv in enumerate(fmt.levels):
+        lo_k, hi_k = bounds[k]
+        S = hi_k - lo_k
+        f = lv.format
+        c = crd[k]
+        if c is not None and c.ndim != 1:
+            raise _fail(k, f"crd must be 1-D, got shape {c.shape}", ShapeError)
+        if pos[k] is not None and pos[k].ndim != 1:
+            raise _fail(k, f"pos must be 1-D, got shape {pos[k].shape}", ShapeError)
+        live_crd = c
+        if f in (LevelFormat.DENSE, LevelFormat.RANGE, LevelFormat.BATCH):
+            P *= S
+        elif f is LevelFormat.COMPRESSED:
+            _check_pos(xp, k, pos[k], P)
+            P = int(pos[k][-1])
+            if c.shape[0] != P:
+                raise _fail(k, f"crd has {c.shape[0]} entries but pos ends at {P}", ShapeError)
+        elif f is LevelFormat.LOOSE_COMPRESSED:
+            lohi = pos[k]
+            if lohi.shape[0] != 2 * P:
+                raise _fail(
+                    k, f"loose pos has {lohi.shape[0]} entries, expected {2 * P} (lo, hi pairs)", ShapeError
+                )
+            lo, hi = lohi[0::2], lohi[1::2]
+            if P and (bool(xp.any(lo > hi)) or int(lo.min()) < 0 or int(hi.max()) > c.shape[0]):
+                raise _fail(k, "loose pos pairs must satisfy 0 <= lo <= hi <= len(crd)")
+            P = int(c.shape[0])
+            live_crd = None  # holes may hold anything; checked through the live entries below
+        elif f is LevelFormat.SINGLETON:
+            if c.shape[0] != P:
+                raise _fail(
+                    k, f"singleton crd has {c.shape[0]} entries, expected {P} (one per parent)", ShapeError
+                )
+        else:  # structured
+            n, m = lv.type.n, lv.type.m
+            if c.shape[0] != P * n:
+                raise _fail(k, f"structured crd has {c.shape[0]} entries, expected {P * n}", ShapeError)
+            if P and n > 1 and bool(xp.any(xp.diff(c.reshape(P, n), axis=1) <= 0)):
+                raise _fail(k, "structured offsets must be strictly ascending within each block")
+            lo_k, hi_k = 0, m
+            P *= n
+        if depth != "structure" and live_crd is not None and live_crd.shape[0]:
+            cmin, cmax = _min_max(live_crd)
+            if cmin < lo_k or cmax >= hi_k:
+                bad = cmin if cmin < lo_k else cmax
+                raise _fail(k, f"coordinate {bad} is outside the level's range [{lo_k}, {hi_k})", ShapeError)
+    if values.ndim != 1 or values.shape[0] != P:
+        raise ShapeError(
+            f"values must be 1-D of length {P} (the last level's positions), got shape {values.shape}"
+        )
+    if depth != "structure" and any(lv.format is LevelFormat.LOOSE_COMPRESSED for lv in fmt.levels):
+        _check_live_bounds(shape, fmt, bounds, pos, crd, values)
+
+
+def _check_batched(
+    xp: Any,
+    shape: tuple[int, ...],
+    fmt: Format,
+    nb: int,
+    bounds: tuple[tuple[int, int], ...],
+    pos: Sequence[Any],
+    crd: Sequence[Any],
+    values: Any,
+    depth: str,
+) -> None:
+    B = 1
+    for k in range(nb):
+        B *= bounds[k][1] - bounds[k][0]
+    cap = 1
+    for k in range(nb, fmt.nlevels):
+        lv = fmt.levels[k]
+        f = lv.format
+        S = bounds[k][1] - bounds[k][0]
+        for name, a in (("pos", pos[k]), ("crd", crd[k])):
+            if a is not None and (a.ndim != 2 or a.shape[0] != B):
+                raise _fail(
+                    k,
+                    f"{name} of a batched tensor must have shape ({B}, capacity), got {a.shape}",
+                    ShapeError,
+                )
+        if f in (LevelFormat.DENSE, LevelFormat.RANGE):
+            cap *= S
+        elif f is LevelFormat.COMPRESSED:
+            _check_pos(xp, k, pos[k], cap)
+            new_cap = int(crd[k].shape[1])
+            if B and int(pos[k][:, -1].max()) > new_cap:
+                raise _fail(k, f"pos exceeds the member capacity {new_cap} of crd", ShapeError)
+            cap = new_cap
+        elif f is LevelFormat.LOOSE_COMPRESSED:
+            if pos[k].shape[1] != 2 * cap:
+                raise _fail(k, f"loose pos needs {2 * cap} entries per member", ShapeError)
+            new_cap = int(crd[k].shape[1])
+            lo, hi = pos[k][:, 0::2], pos[k][:, 1::2]
+            if B and cap and (bool(xp.any(lo > hi)) or int(lo.min()) < 0 or int(hi.max()) > new_cap):
+                raise _fail(k, "loose pos pairs must satisfy 0 <= lo <= hi <= capacity")
+            cap = new_cap
+        elif f is LevelFormat.SINGLETON:
+            if crd[k].shape[1] != cap:
+                raise _fail(
+                    k, f"singleton crd needs {cap} entries per member, got {crd[k].shape[1]}", ShapeError
+                )
+        else:
+            raise _fail(k, f"{lv.type.to_text()} is not supported under batch levels", UnsupportedError)
+    if values.ndim != 2 or values.shape != (B, cap):
+        raise ShapeError(f"values of a batched tensor must have shape ({B}, {cap}), got {values.shape}")
+    if depth != "structure":
+        _check_live_bounds(shape, fmt, bounds, pos, crd, values)
+
+
+def _check_live_bounds(
+    shape: tuple[int, ...],
+    fmt: Format,
+    bounds: tuple[tuple[int, int], ...],
+    pos: Sequence[Any],
+    crd: Sequence[Any],
+    values: Any,
+) -> None:
+    """Bounds of the coordinates actually reachable from the root (capacity padding and
+    loose holes excluded)."""
+    ent = _unpack_raw(shape, fmt, pos, crd, values)
+    for k, (lo_k, hi_k) in enumerate(bounds):
+        c = ent.lvl[k]
+        if fmt.levels[k].format is LevelFormat.STRUCTURED:
+            lo_k, hi_k = 0, fmt.levels[k].type.m
+        if c.shape[0]:
+            cmin, cmax = _min_max(c)
+            if cmin < lo_k or cmax >= hi_k:
+                bad = cmin if cmin < lo_k else cmax
+                raise _fail(k, f"coordinate {bad} is outside the level's range [{lo_k}, {hi_k})", ShapeError)
+
+
+def _unpack_raw(
+    shape: tuple[int, ...], fmt: Format, pos: Sequence[Any], crd: Sequence[Any], values: Any
+) -> Any:
+    from ust.convert.unpack import unpack
+    from ust.tensor import Tensor
+
+    t = Tensor(shape, fmt, values, pos=list(pos), crd=list(crd), check=False)
+    return unpack(t, keep_zeros=True, keep_padding=True)
+
+
+def _check_order(
+    shape: tuple[int, ...], fmt: Format, pos: Sequence[Any], crd: Sequence[Any], values: Any
+) -> None:
+    """Entries read in storage order must be lexicographically (strictly, if unique) sorted."""
+    from ust.convert.unpack import unpack
+    from ust.tensor import Tensor
+
+    t = Tensor(shape, fmt, values, pos=list(pos), crd=list(crd), check=False)
+    ent = unpack(t, keep_zeros=True, keep_padding=True)
+    n = ent.n
+    if n < 2:
+        return
+    xp = ent.xp
+    gt = xp.zeros(n - 1, dtype=bool)
+    eq = xp.ones(n - 1, dtype=bool)
+    for k, c in enumerate(ent.lvl):
+        a, b = c[:-1], c[1:]
+        lt = eq & (b < a)
+        if bool(xp.any(lt)):
+            e = int(xp.flatnonzero(lt)[0])
+            raise FormatError(
+                f"[buffers] level {k}: the format declares level {k} ordered but stored entry {e + 1} "
+                f"comes before entry {e} in level order; declare it nonordered or sort the buffers",
+                rule="buffers",
+                level=k,
+            )
+        gt |= eq & (b > a)
+        eq &= b == a
+    if entries_unique(fmt) and bool(xp.any(eq)):
+        e = int(xp.flatnonzero(eq)[0])
+        raise FormatError(
+            f"[buffers] entries {e} and {e + 1} have the same coordinates but the format is unique; "
+            "declare the level nonunique or sum the duplicates",
+            rule="buffers",
+        )

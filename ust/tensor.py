@@ -1,0 +1,357 @@
+"""``ust.Tensor``: a tensor stored in a ust Format (the buffers of docs/storage.md).
+
+A Tensor is a thin, immutable-by-convention holder: shape, Format, one ``pos`` and one
+``crd`` array per level (``None`` where the level stores none), and ``values``.  Arrays are
+NumPy on the CPU and CuPy on a GPU; every buffer of one tensor lives on one device and
+shares one index dtype (int32 or int64).  Conversions, exports and the device move live in
+:mod:`ust.convert`; the methods here only route to them.
+
+Building one from buffers (what file readers and kernels do)::
+
+    t = ust.Tensor((3, 4), "CSR", values, pos=[None, indptr], crd=[None, indices])
+    t = ust.Tensor.from_buffers((3, 4), "CSR", values, pos={1: indptr}, crd={1: indices})
+
+``pos`` / ``crd`` are a sequence with one entry per level or a mapping ``{level: array}``.
+The buffers are used as given (no copy); ``check`` validates them first (``"full"``, the
+default for ``True``: structure, coordinate bounds and the order/uniqueness the format
+claims; ``"bounds"``; ``"structure"``; ``False``: trust the caller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.convert.analysis import batch_levels
+from ust.formats.library import resolve
+from ust.formats.model import Format, LevelFormat
+from ust.runtime.errors import ShapeError, UnsupportedError
+
+__all__ = ["Tensor"]
+
+_CHECK_DEPTH = {True: "full", "full": "full", "bounds": "bounds", "structure": "structure"}
+
+
+def _per_level(bufs: Any, nlevels: int, what: str) -> list[Any]:
+    if bufs is None:
+        return [None] * nlevels
+    if isinstance(bufs, Mapping):
+        out: list[Any] = [None] * nlevels
+        for k, a in bufs.items():
+            if not 0 <= int(k) < nlevels:
+                raise ShapeError(f"{what} given for level {k}, but the format has {nlevels} levels")
+            out[int(k)] = a
+        return out
+    out = list(bufs)
+    if len(out) != nlevels:
+        raise ShapeError(f"{what} needs one entry per level ({nlevels}), got {len(out)}")
+    return out
+
+
+def _as_array(a: Any) -> Any:
+    if a is None or _xp.is_cupy(a) or isinstance(a, np.ndarray):
+        return a
+    return np.asarray(a)
+
+
+class Tensor:
+    """A sparse (or dense) tensor stored in a ust :class:`~ust.formats.Format`.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Extent of every dimension.
+    format : Format or str
+        A Format, a standard name (``"CSR"``, ``"BSR[2,2]"``) or DSL text.
+    values : array
+        Stored values (length ``nse``; ``(batch, capacity)`` for batched formats).
+    pos, crd : sequence or mapping, optional
+        Per-level position / coordinate arrays (see the module docstring).
+    index_dtype : dtype, optional
+        int32 or int64; given buffers are cast to it.  Without index buffers (dense formats)
+        it defaults to the smallest that fits the shape.
+    check : bool or str
+        Validate the buffers first (see the module docstring).
+    """
+
+    __slots__ = ("__weakref__", "_crd", "_format", "_index_dtype", "_nnz", "_pos", "_shape", "_values")
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        format: Format | str,  # noqa: A002 - the natural name
+        values: Any,
+        *,
+        pos: Sequence[Any] | Mapping[int, Any] | None = None,
+        crd: Sequence[Any] | Mapping[int, Any] | None = None,
+        index_dtype: Any = None,
+        check: bool | str = True,
+    ) -> None:
+        fmt = resolve(format)
+        try:
+            shp = tuple(int(s) for s in shape)
+        except TypeError:
+            raise ShapeError(f"shape must be a sequence of integers, got {shape!r}") from None
+        if len(shp) != fmt.ndim:
+            raise ShapeError(f"shape {shp} has {len(shp)} dimensions but the format has {fmt.ndim}")
+        if any(s < 0 for s in shp):
+            raise ShapeError(f"negative extent in shape {shp}")
+        pos_l = [_as_array(a) for a in _per_level(pos, fmt.nlevels, "pos")]
+        crd_l = [_as_array(a) for a in _per_level(crd, fmt.nlevels, "crd")]
+        vals = _as_array(values)
+        if vals is None:
+            raise ShapeError("values are required")
+        bufs = [a for a in (*pos_l, *crd_l) if a is not None]
+        if index_dtype is not None:
+            itype = np.dtype(index_dtype)
+            if itype not in (np.dtype(np.int32), np.dtype(np.int64)):
+                raise UnsupportedError(f"index_dtype must be int32 or int64, not {itype}")
+            if check and bufs:
+                from ust.convert.validate import check_index_array
+
+                for a in bufs:
+                    check_index_array(a, "an index buffer")
+            pos_l = [None if a is None else _xp.as_index(a, itype) for a in pos_l]
+            crd_l = [None if a is None else _xp.as_index(a, itype) for a in crd_l]
+        elif bufs:
+            itype = np.dtype(bufs[0].dtype)
+        else:
+            itype = np.dtype(np.int32 if max((*shp, vals.size), default=0) < 2**31 else np.int64)
+        if check:
+            from ust.convert.validate import check_buffers
+
+            depth = _CHECK_DEPTH.get(check, "full")
+            check_buffers(shp, fmt, pos_l, crd_l, vals, depth)
+        self._shape = shp
+        self._format = fmt
+        self._pos = tuple(pos_l)
+        self._crd = tuple(crd_l)
+        self._values = vals
+        self._index_dtype = itype
+        self._nnz: int | None = None
+
+    @classmethod
+    def from_buffers(
+        cls,
+        shape: Sequence[int],
+        format: Format | str,  # noqa: A002
+        values: Any,
+        *,
+        pos: Sequence[Any] | Mapping[int, Any] | None = None,
+        crd: Sequence[Any] | Mapping[int, Any] | None = None,
+        index_dtype: Any = None,
+        check: bool | str = True,
+    ) -> Tensor:
+        """Build a tensor around existing buffers (no copy); same arguments as the constructor."""
+        return cls(shape, format, values, pos=pos, crd=crd, index_dtype=index_dtype, check=check)
+
+    # -- facts ------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def format(self) -> Format:
+        return self._format
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the values."""
+        return np.dtype(self._values.dtype)
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """dtype of every pos/crd buffer (int32 or int64)."""
+        return self._index_dtype
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``."""
+        return _xp.device_of(self._values)
+
+    @property
+    def xp(self) -> ModuleType:
+        """The array namespace of the buffers (numpy or cupy)."""
+        return _xp.namespace(self._values)
+
+    @property
+    def values(self) -> Any:
+        return self._values
+
+    def pos(self, level: int) -> Any:
+        """Positions of ``level`` (None where the level stores none)."""
+        return self._pos[level]
+
+    def crd(self, level: int) -> Any:
+        """Coordinates of ``level`` (None where the level stores none)."""
+        return self._crd[level]
+
+    @property
+    def nse(self) -> int:
+        """Stored value slots (``values.size``), padding included."""
+        return int(self._values.size)
+
+    @property
+    def nnz(self) -> int:
+        """Entries as scipy counts them: stored slots inside the tensor (explicit zeros and block
+        padding included, DIA padding outside the matrix and batch capacity excluded)."""
+        if self._nnz is None:
+            fmt = self._format
+            simple = batch_levels(fmt) == 0 and not any(
+                lv.format in (LevelFormat.RANGE, LevelFormat.LOOSE_COMPRESSED) for lv in fmt.levels
+            )
+            if simple:
+                self._nnz = self.nse
+            else:
+                from ust.convert.unpack import unpack
+
+                self._nnz = unpack(self, keep_zeros=True).n
+        return self._nnz
+
+    @property
+    def is_batched(self) -> bool:
+        return batch_levels(self._format) > 0
+
+    def buffers(self) -> dict[str, Any]:
+        """Named buffers in level order: ``pos{k}``, ``crd{k}``, ``values`` (for writers)."""
+        out: dict[str, Any] = {}
+        for k in range(self._format.nlevels):
+            if self._pos[k] is not None:
+                out[f"pos{k}"] = self._pos[k]
+            if self._crd[k] is not None:
+                out[f"crd{k}"] = self._crd[k]
+        out["values"] = self._values
+        return out
+
+    def _caps(self) -> list[int]:
+        """Per-member position capacity of every level of a batched tensor."""
+        fmt = self._format
+        bounds = fmt.lvl_bounds(self._shape)
+        caps: list[int] = []
+        cap = 1
+        for k, lv in enumerate(fmt.levels):
+            if lv.format is LevelFormat.BATCH:
+                caps.append(1)
+                continue
+            if lv.format in (LevelFormat.DENSE, LevelFormat.RANGE):
+                cap *= bounds[k][1] - bounds[k][0]
+            elif self._crd[k] is not None:
+                cap = int(self._crd[k].shape[-1])
+            caps.append(cap)
+        return caps
+
+    # -- text -------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        fmt = self._format
+        name = fmt.standard_name or "custom"
+        head = (
+            f"<ust.Tensor {name} {fmt.map_text()}\n  shape={self._shape} dtype={self.dtype} "
+            f"index={self._index_dtype} nse={self.nse} device={self.device}"
+        )
+        parts = [f"{k}={_brief(a)}" for k, a in self.buffers().items()]
+        return head + "\n  " + "  ".join(parts) + ">"
+
+    # -- conversions ------------------------------------------------------------------------
+    def convert(
+        self,
+        format: Format | str,  # noqa: A002
+        *,
+        index_dtype: Any = None,
+        prune: bool = False,
+        max_padding: int | None = None,
+    ) -> Tensor:
+        """This tensor in another format (same shape, dtype and device).
+
+        ``prune`` keeps the n largest magnitudes of each block for ``structured[n, m]``
+        targets (otherwise a fuller block is an error); ``max_padding`` raises the number of
+        padding value slots a target may need (DIA of many diagonals, big blocks).
+        """
+        from ust.convert.routes import convert
+
+        return convert(self, resolve(format), index_dtype=index_dtype, prune=prune, max_padding=max_padding)
+
+    def to_scipy(self) -> Any:
+        """A canonical scipy.sparse array: csr/csc/coo/bsr/dia where the format is one, else COO."""
+        from ust.convert.scipy import to_scipy
+
+        return to_scipy(self)
+
+    def to_cupyx(self) -> Any:
+        """A cupyx.scipy.sparse matrix (csr/csc/coo/dia; others as CSR), on the GPU."""
+        from ust.convert.cupyx import to_cupyx
+
+        return to_cupyx(self)
+
+    def to_torch(self) -> Any:
+        """A torch sparse tensor (CSR/CSC/BSR/BSC/COO layouts; dense formats as strided)."""
+        from ust.convert.torch import to_torch
+
+        return to_torch(self)
+
+    def todense(self) -> Any:
+        """A dense array of ``shape``: NumPy on the CPU, CuPy on a GPU (duplicates summed)."""
+        from ust.convert.dense import todense
+
+        return todense(self)
+
+    def to(self, device: str | int) -> Tensor:
+        """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""
+        from ust.convert.device import to_device
+
+        return to_device(self, device)
+
+    def copy(self) -> Tensor:
+        """A tensor with copies of every buffer."""
+        return self._replace(
+            [None if a is None else a.copy() for a in self._pos],
+            [None if a is None else a.copy() for a in self._crd],
+            self._values.copy(),
+        )
+
+    def astype(self, dtype: Any, *, copy: bool = True) -> Tensor:
+        """Values cast to ``dtype``; ``copy=False`` shares the index buffers (and the values
+        when the dtype is unchanged)."""
+        from ust.convert.validate import check_value_dtype
+
+        dt = check_value_dtype(dtype)
+        if not copy and dt == self.dtype:
+            return self
+        vals = self._values.astype(dt, copy=True) if copy else self._values.astype(dt, copy=False)
+        if copy:
+            return self._replace(
+                [None if a is None else a.copy() for a in self._pos],
+                [None if a is None else a.copy() for a in self._crd],
+                vals,
+            )
+        return self._replace(list(self._pos), list(self._crd), vals)
+
+    def _replace(self, pos: list[Any], crd: list[Any], values: Any, index_dtype: Any = None) -> Tensor:
+        t = Tensor(
+            self._shape,
+            self._format,
+            values,
+            pos=pos,
+            crd=crd,
+            index_dtype=index_dtype if index_dtype is not None else self._index_dtype,
+            check=False,
+        )
+        t._nnz = self._nnz
+        return t
+
+
+def _brief(a: Any, n: int = 6) -> str:
+    """A short text of an array: its first elements (never copies a whole GPU array)."""
+    flat = a.reshape(-1)
+    head = _xp.to_host(flat[:n])
+    body = np.array2string(head, separator=" ", threshold=n + 1, max_line_width=10_000)[1:-1]
+    more = " ..." if flat.shape[0] > n else ""
+    shape = f"{a.shape}" if a.ndim > 1 else f"({a.shape[0]})"
+    return f"{shape}[{body}{more}]"
