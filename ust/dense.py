@@ -352,15 +352,6 @@ def _bias_kind(bias: Any, shape: _MatmulShape) -> str:
     return kind
 
 
-def _d_order(bias_kind: str | None, c: Any) -> str:
-    """The layout of D: set by the bias orientation, else by C's (row-major by default)."""
-    if bias_kind is not None:
-        return "C" if bias_kind == "row" else "F"
-    if c is not None and c.ndim >= 2 and not c.flags.c_contiguous and c.swapaxes(-1, -2).flags.c_contiguous:
-        return "F"
-    return "C"
-
-
 # -------------------------------------------------------------------------------------- Matmul
 
 
@@ -498,6 +489,7 @@ class Matmul(StatefulOperation):
                 algorithm=algorithm,
             )
         from ust.backends.cpu.dense import CpuMatmul
+        from ust.backends.cuda.cublaslt import choose_d_order  # pure layout logic; loads no library
 
         if self.options.tf32:
             _log.info("tf32 has no effect on the CPU")
@@ -506,7 +498,7 @@ class Matmul(StatefulOperation):
             out_shape=s.d_shape,
             k=s.k,
             epilog=self._epilog,
-            order=_d_order(self._bias_kind, ops["c"]),
+            order=choose_d_order(self._bias_kind, ops["c"]),
         )
 
     def autotune(self, iterations: int = 10, *, stream: Any = None) -> list[float] | None:

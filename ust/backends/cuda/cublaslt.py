@@ -35,7 +35,10 @@ __all__ = [
     "LtMatmul",
     "Problem",
     "check_status",
+    "choose_d_order",
     "describe",
+    "element_view",
+    "fit_operand",
     "library_version",
     "matrix_view",
 ]
@@ -623,12 +626,51 @@ def element_view(x: Any, prefer: str) -> tuple[str, int, int] | None:
     return mv[0], mv[1], bs
 
 
+def choose_d_order(bias_kind: str | None, c: Any) -> str:
+    """D's layout: the bias orientation decides (cuBLASLt adds the bias along the rows of its
+    column-major D), else C's layout, else row-major."""
+    if bias_kind is not None:
+        return "C" if bias_kind == "row" else "F"
+    if c is not None:
+        view = element_view(c, "C")
+        return view[0] if view is not None else "C"
+    return "C"
+
+
 def _copy_to(xp: Any, x: Any, order: str) -> Any:
     from ust.backends.cpu.dense import alloc_matrices
 
     out = alloc_matrices(xp, tuple(x.shape), x.dtype, order)
     out[...] = x
     return out
+
+
+def fit_operand(xp: Any, name: str, x: Any, d_order: str) -> Any:
+    """``x`` as cuBLASLt can take it: a strided batch of matrices (C in D's order), a packed bias.
+
+    Returns ``x`` itself when it fits, else a copy (logged at INFO, with the bytes copied).
+    """
+    if x is None:
+        return None
+    if name == "bias":
+        return x if x.flags.c_contiguous else xp.ascontiguousarray(x)
+    view = element_view(x, d_order)
+    if view is not None and (name != "c" or view[0] == d_order):
+        return x
+    _log.info(
+        "operand %s (shape %s, strides %s) is not a strided batch of %s; copying it (%d bytes)",
+        name,
+        tuple(x.shape),
+        tuple(x.strides),
+        "matrices in D's order" if name == "c" else "row- or column-major matrices",
+        x.nbytes,
+    )
+    return _copy_to(xp, x, d_order)
+
+
+def bias_batch_stride(bias: Any, length: int) -> int:
+    """Elements between the bias vectors of consecutive batch entries (0: one vector for all)."""
+    return length if bias is not None and bias.size > length else 0
 
 
 class GpuMatmul:
@@ -668,14 +710,7 @@ class GpuMatmul:
         self.workspace_limit = workspace_limit
         self.max_algorithms = max_algorithms
         self.dtype = str(a.dtype)
-        # D's order: the bias orientation decides (cuBLASLt adds it along D's columns), else C's.
-        if bias_kind is not None:
-            self.d_order = "C" if bias_kind == "row" else "F"
-        elif c is not None:
-            view = element_view(c, "C")
-            self.d_order = view[0] if view is not None else "C"
-        else:
-            self.d_order = "C"
+        self.d_order = choose_d_order(bias_kind, c)
         self.ops: dict[str, Any] = {}
         self.views: dict[str, tuple[str, int, int] | None] = {}
         self.copied: set[str] = set()
@@ -685,9 +720,7 @@ class GpuMatmul:
                 self.views[name] = None if self.ops[name] is None else self._view_of(name, self.ops[name])
             va, vb, vc = self.views["a"], self.views["b"], self.views["c"]
             assert va is not None and vb is not None
-            bias_stride = 0
-            if bias is not None and self.ops["bias"].size > self.mnk_m_of_d():
-                bias_stride = self.mnk_m_of_d()
+            bias_stride = bias_batch_stride(self.ops["bias"], self.mnk_m_of_d())
             self.problem = describe(
                 dtype=self.dtype,
                 shape=mnk,
@@ -732,27 +765,10 @@ class GpuMatmul:
         return element_view(x, self.d_order)
 
     def _fit(self, name: str, x: Any) -> Any:
-        """``x`` as cuBLASLt can take it: strided, and for C in D's order; bias packed."""
-        if x is None:
-            return None
-        if name == "bias":
-            if x.flags.c_contiguous:
-                return x
+        fitted = fit_operand(self.cp, name, x, self.d_order)
+        if fitted is not x:
             self.copied.add(name)
-            return self.cp.ascontiguousarray(x)
-        view = element_view(x, self.d_order)
-        if view is not None and (name != "c" or view[0] == self.d_order):
-            return x
-        self.copied.add(name)
-        _log.info(
-            "operand %s (shape %s, strides %s) is not a strided batch of %s; copying it (%d bytes)",
-            name,
-            tuple(x.shape),
-            tuple(x.strides),
-            "matrices in D's order" if name == "c" else "row- or column-major matrices",
-            x.nbytes,
-        )
-        return _copy_to(self.cp, x, self.d_order)
+        return fitted
 
     def bind(self, checked: bool = True, **ops: Any) -> None:
         """Attach new operands (same shapes and dtype as planned); ``checked=False`` skips every check."""
