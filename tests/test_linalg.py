@@ -454,3 +454,29 @@ def test_saved_plan_loads_in_a_fresh_process(tmp_path: object) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["True", "True"]
+
+
+# ------------------------------------------------------------------ the `ust solve` command
+
+
+def test_solve_command_prints_phases(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    import scipy.io
+
+    from ust._cli_solve import configure, solve_command
+
+    path = tmp_path / "a.mtx"  # type: ignore[operator]
+    scipy.io.mmwrite(str(path), advection_diffusion(10))
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert solve_command(parser.parse_args([str(path), "--execution", "cpu", "--repeat", "2"])) == 0
+    out = capsys.readouterr().out
+    for word in ("read 100 x 100", "analysis", "factorization", "solve (median of 2)", "relative residual"):
+        assert word in out
+    err = float(out.split("max |x - x_exact| = ")[1].split()[0])
+    assert err < 1e-10
+    rhs_path = tmp_path / "b.npy"  # type: ignore[operator]
+    np.save(rhs_path, np.ones((100, 2)))
+    assert solve_command(parser.parse_args([str(path), "--rhs", str(rhs_path), "--execution", "cpu"])) == 0
+    assert "backward error" in capsys.readouterr().out

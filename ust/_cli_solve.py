@@ -1,0 +1,123 @@
+"""``ust solve A.mtx [--rhs B.mtx] [--format F] [--execution cpu|cuda]``: one direct solve, phase by phase.
+
+Prints the time of each phase (read, convert, setup, analysis, factorisation, solve), the
+relative residual and the backward error.  Without ``--rhs`` the right-hand side is
+``A @ ones``, so the error of ``x`` against the exact solution is printed too.  ``configure``
+adds the arguments to an argparse parser; ``solve_command(args)`` runs (the ``ust`` CLI
+registers both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+from ust.runtime.errors import UnsupportedError
+
+__all__ = ["configure", "solve_command"]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from ust.linalg import MATRIX_TYPES, MATRIX_VIEWS, REORDERINGS
+
+    p.add_argument("matrix", help="the matrix A, a Matrix Market file (.mtx, .mtx.gz)")
+    p.add_argument(
+        "--rhs", help="right-hand side(s) B: .mtx or .npy (default: A @ ones, whose solution is ones)"
+    )
+    p.add_argument("--format", help="store A in this ust format first (e.g. CSR, 'BSR[2,2]', or DSL text)")
+    p.add_argument("--execution", help="cpu, cuda or cuda:N (default: the GPU when cuDSS is available)")
+    p.add_argument("--matrix-type", default="general", choices=MATRIX_TYPES)
+    p.add_argument("--matrix-view", default="full", choices=MATRIX_VIEWS)
+    p.add_argument("--reordering", default="default", choices=REORDERINGS)
+    p.add_argument("--repeat", type=int, default=1, help="solves to time (the median is printed)")
+    p.add_argument("--no-check", action="store_true", help="accept the solution whatever its backward error")
+
+
+def _read_rhs(path: str, n: int) -> np.ndarray:
+    if path.endswith(".npy"):
+        return np.load(path)
+    import scipy.io
+
+    b = scipy.io.mmread(path)
+    b = b.toarray() if hasattr(b, "toarray") else np.asarray(b)
+    return b.reshape(n) if b.ndim == 2 and b.shape[1] == 1 else b
+
+
+def _in_format(a: Any, fmt: str) -> Any:
+    try:
+        from ust.convert.scipy import from_scipy
+    except ImportError:
+        raise UnsupportedError(
+            "--format needs ust's tensor conversions (ust.convert), which are not installed"
+        ) from None
+    return from_scipy(a).convert(fmt)
+
+
+def _row(label: str, seconds: float) -> None:
+    print(f"{label:<44}{1e3 * seconds:12.3f} ms")
+
+
+def solve_command(args: argparse.Namespace) -> int:
+    import scipy.io
+    import scipy.sparse as sp
+
+    from ust.linalg import DirectSolver, DirectSolverOptions, backward_error
+
+    t0 = time.perf_counter()
+    a = sp.csr_matrix(scipy.io.mmread(args.matrix))
+    n = a.shape[0]
+    _row(f"read {a.shape[0]} x {a.shape[1]}, nnz {a.nnz}, {a.dtype}", time.perf_counter() - t0)
+    exact = None
+    if args.rhs:
+        b = _read_rhs(args.rhs, n)
+    else:
+        exact = np.ones(n, dtype=np.result_type(a.dtype, np.float64))
+        b = a @ exact
+    operand: Any = a
+    if args.format:
+        t0 = time.perf_counter()
+        operand = _in_format(a, args.format)
+        _row(f"store A as {args.format}", time.perf_counter() - t0)
+    options = DirectSolverOptions(
+        matrix_type=args.matrix_type,
+        matrix_view=args.matrix_view,
+        reordering=args.reordering,
+        check=not args.no_check,
+    )
+    t0 = time.perf_counter()
+    with DirectSolver(operand, b, options=options, execution=args.execution) as s:
+        _row(f"setup on {s.space} ({s.backend})", time.perf_counter() - t0)
+        plan = s.plan()
+        _row(f"analysis ({plan.ordering})", plan.seconds)
+        f = s.factorize()
+        fill = f"fill {f.fill:.2f}x" if f.fill else "fill n/a"
+        _row(f"factorization ({fill})", f.seconds)
+        times = []
+        for _ in range(max(1, args.repeat)):
+            x = s.solve()
+            times.append(s.timings["solve"])
+        _row(f"solve (median of {len(times)})", float(np.median(times)))
+        be = s.backward_error
+    x = np.asarray(x)
+    b2, x2 = np.asarray(b).reshape(n, -1), x.reshape(n, -1)
+    res = float(np.linalg.norm(b2 - a @ x2) / max(np.linalg.norm(b2), np.finfo(np.float64).tiny))
+    if be is None:
+        be = backward_error(a, x2, b2)
+    print(f"relative residual ||b - Ax|| / ||b|| = {res:.3e}; backward error = {be:.3e}")
+    if exact is not None:
+        print(f"max |x - x_exact| = {float(np.abs(x.reshape(-1) - exact).max()):.3e}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ust._cli_solve A.mtx ...`` until the ``ust`` CLI registers the subcommand."""
+    p = argparse.ArgumentParser(prog="ust solve", description=__doc__.splitlines()[0] if __doc__ else None)
+    configure(p)
+    return solve_command(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
