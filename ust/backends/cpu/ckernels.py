@@ -1,0 +1,132 @@
+"""Run generated C kernels on NumPy buffers (compiled once per request, then memoised).
+
+A request is (format, op, layout, loop order, value dtype, index dtype, compute index type);
+the first call lowers, emits, compiles (or loads from the artefact cache) and ``dlopen``\\ s
+the kernel; later calls find it in an in-process dict and only marshal pointers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ust.codegen.cache import Memo
+from ust.codegen.emit_c import c_abi, emit_c
+from ust.codegen.ir import Kernel
+from ust.codegen.launch import Launch, kernel_scalar, prepare
+from ust.codegen.lower import lower
+from ust.formats.model import Format
+
+__all__ = ["CKernel", "c_kernel", "matmul_c", "run_launch"]
+
+_log = logging.getLogger("ust.backends.cpu.ckernels")
+_log.addHandler(logging.NullHandler())
+_memo = Memo()
+_CINT = {"int32": ctypes.c_int32, "int64": ctypes.c_int64}
+
+
+class CKernel:
+    """A loaded C kernel: call it with a dict of arguments by parameter name."""
+
+    def __init__(self, kernel: Kernel, fn: Any, seconds: float) -> None:
+        self.kernel = kernel
+        self.fn = fn
+        self.abi = c_abi(kernel)
+        self.load_seconds = seconds
+        self._iscalar = _CINT[kernel.itype]
+
+    def __call__(self, args: Mapping[str, Any]) -> None:
+        k = self.kernel
+        vt = np.dtype(k.value_dtype)
+        keep: list[Any] = []
+        cargs: list[Any] = []
+        for name, kind in self.abi:
+            if kind == "iscalar":
+                cargs.append(self._iscalar(int(args[name])))
+            elif kind == "vscal":
+                vs = np.array(
+                    [kernel_scalar(k.value_dtype, args[p.name]) for p in k.params if p.kind == "vscalar"],
+                    dtype=vt,
+                )
+                keep.append(vs)
+                cargs.append(ctypes.c_void_p(vs.ctypes.data))
+            else:
+                arr = args[name]
+                p = k.param(name)
+                want = np.dtype(p.dtype) if p.kind == "ibuf" else vt
+                if name in ("x", "y0", "y"):  # laid out by launch.prepare / run_launch
+                    if not isinstance(arr, np.ndarray) or arr.dtype != want:
+                        raise TypeError(f"buffer {name} must be a {want} NumPy array")
+                else:
+                    arr = np.ascontiguousarray(arr, dtype=want)
+                keep.append(arr)
+                cargs.append(ctypes.c_void_p(arr.ctypes.data))
+        self.fn(*cargs)
+
+
+def c_kernel(
+    fmt: Format, op: str, layout: str, order: str, value_dtype: str, index_dtype: str, itype: str
+) -> CKernel:
+    """The compiled kernel for a request (memoised in process, cached on disk)."""
+    key = ("c", fmt, op, layout if op == "mm" else "row", order, value_dtype, index_dtype, itype)
+
+    def build() -> CKernel:
+        from ust.codegen.compile_c import load_library
+
+        t0 = time.perf_counter()
+        k = lower(
+            fmt, op, layout=layout, order=order, value_dtype=value_dtype, index_dtype=index_dtype, itype=itype
+        )
+        lib = load_library(emit_c(k), name=k.name)
+        fn = getattr(lib, k.name)
+        fn.restype = None
+        fn.argtypes = [_CINT[itype] if kind == "iscalar" else ctypes.c_void_p for _, kind in c_abi(k)]
+        return CKernel(k, fn, time.perf_counter() - t0)
+
+    return _memo.get(key, build)
+
+
+def _empty(shape: tuple[int, ...], dtype: str, layout: str) -> np.ndarray:
+    if layout == "col" and len(shape) >= 2:
+        return np.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype).swapaxes(-1, -2)
+    return np.empty(shape, dtype=dtype)
+
+
+def run_launch(fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto") -> np.ndarray:
+    """Run a prepared launch through the C kernel; ``out`` is written if given and suitable."""
+    kern = c_kernel(fmt, launch.op, launch.layout, order, launch.dtype, launch.index_dtype, launch.itype())
+    target = out
+    if target is None or target.dtype != np.dtype(launch.dtype) or not _fits(target, launch.layout):
+        target = _empty(launch.out_shape, launch.dtype, launch.layout)
+    if target.size:
+        kern(launch.args(kern.kernel, target))
+    if out is not None and target is not out:
+        out[...] = target
+        return out
+    return target
+
+
+def _fits(a: np.ndarray, layout: str) -> bool:
+    from ust.codegen.launch import array_layout
+
+    return array_layout(a) == layout
+
+
+def matmul_c(
+    a: Any,
+    x: Any,
+    c: Any = None,
+    *,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    out: np.ndarray | None = None,
+    order: str = "auto",
+) -> np.ndarray:
+    """``alpha * a @ x + beta * c`` through the generated C kernel for ``a``'s format."""
+    launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
+    return run_launch(a.format, launch, out, order)

@@ -1,0 +1,246 @@
+"""C99 + OpenMP source from the loop IR.
+
+The parallel loops of the IR become ``#pragma omp parallel for`` (``collapse`` over
+perfectly nested ones; for batched kernels every thread walks the batch loop and the row
+loop is shared out with ``omp for nowait``).  Atomic accumulations become
+``#pragma omp atomic``, split into real and imaginary parts for complex values (OpenMP has
+no complex atomics).  A reduction loop of a real-valued kernel gets
+``#pragma omp simd reduction(+:acc)`` when its body holds no further loop.  Complex values
+are C99 ``double _Complex`` / ``float _Complex``.
+
+ABI: index scalars (of the kernel's compute index type) in parameter order, then one
+``const VT *vscal`` holding ``alpha, beta`` (value scalars are passed through memory, which
+side-steps the complex-by-value calling convention), then the buffers.
+"""
+
+from __future__ import annotations
+
+from ust.codegen.ir import (
+    BIN_OPS,
+    Accumulate,
+    Assign,
+    Bin,
+    Block,
+    Const,
+    Decl,
+    Expr,
+    If,
+    Kernel,
+    Let,
+    Load,
+    Loop,
+    Param,
+    Stmt,
+    Store,
+    Un,
+    Var,
+    walk,
+)
+
+__all__ = ["C_INDEX", "C_VALUE", "c_abi", "emit_c"]
+
+C_VALUE = {
+    "float32": "float",
+    "float64": "double",
+    "complex64": "float _Complex",
+    "complex128": "double _Complex",
+}
+C_INDEX = {"int32": "int32_t", "int64": "int64_t"}
+_REAL_PART = {"complex64": ("crealf", "cimagf", "float"), "complex128": ("creal", "cimag", "double")}
+#: Fewer iterations than this run the parallel loop on one thread (no fork/join cost).
+PAR_THRESHOLD = 64
+
+
+def c_abi(kernel: Kernel) -> list[tuple[str, str]]:
+    """The C parameter list as (name, kind) with kind ``"iscalar"``, ``"vscal"`` or ``"ptr"``."""
+    out: list[tuple[str, str]] = [(p.name, "iscalar") for p in kernel.params if p.kind == "iscalar"]
+    if any(p.kind == "vscalar" for p in kernel.params):
+        out.append(("vscal", "vscal"))
+    out += [(p.name, "ptr") for p in kernel.params if p.kind in ("ibuf", "vbuf")]
+    return out
+
+
+def _expr(e: Expr, parent: int = 0) -> str:
+    if isinstance(e, Const):
+        if e.kind == "bool":
+            return "1" if e.value else "0"
+        if e.kind == "value":
+            v = complex(e.value)
+            if v.imag:
+                return f"({v.real!r} + {v.imag!r} * I)"
+            return repr(float(v.real))
+        return str(int(e.value))  # type: ignore[arg-type]
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Load):
+        return f"{e.buf}[{_expr(e.index)}]"
+    if isinstance(e, Un):
+        return f"{e.op}{_expr(e.a, 10)}"
+    if isinstance(e, Bin):
+        if e.op in ("min", "max"):
+            cmp = "<" if e.op == "min" else ">"
+            a, b = _expr(e.a), _expr(e.b)
+            return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
+        prec = BIN_OPS[e.op]
+        op = "/" if e.op == "//" else e.op
+        text = f"{_expr(e.a, prec)} {op} {_expr(e.b, prec + 1)}"
+        return f"({text})" if prec < parent else text
+    raise TypeError(f"not an IR expression: {e!r}")
+
+
+class _CEmitter:
+    def __init__(self, kernel: Kernel, simd: bool) -> None:
+        self.k = kernel
+        self.vt = C_VALUE[kernel.value_dtype]
+        self.it = C_INDEX[kernel.itype]
+        self.complex = kernel.value_dtype.startswith("complex")
+        self.simd = simd and not self.complex
+        self.lines: list[str] = []
+
+    def out(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def block(self, b: Block, depth: int, in_par: bool) -> None:
+        for s in b.body:
+            self.stmt(s, depth, in_par)
+
+    def stmt(self, s: Stmt, depth: int, in_par: bool) -> None:
+        if isinstance(s, Block):
+            self.out(depth, "{")
+            self.block(s, depth + 1, in_par)
+            self.out(depth, "}")
+        elif isinstance(s, Let):
+            t = self.vt if s.kind == "value" else ("int" if s.kind == "bool" else self.it)
+            self.out(depth, f"const {t} {s.name} = {_expr(s.value)};")
+        elif isinstance(s, Decl):
+            t = self.vt if s.kind == "value" else self.it
+            self.out(depth, f"{t} {s.name} = {_expr(s.value)};")
+        elif isinstance(s, Assign):
+            self.out(depth, f"{s.name} = {_expr(s.value)};")
+        elif isinstance(s, Loop):
+            self.loop(s, depth, in_par)
+        elif isinstance(s, If):
+            self.out(depth, f"if ({_expr(s.cond)}) {{")
+            self.block(s.then, depth + 1, in_par)
+            if s.orelse is not None:
+                self.out(depth, "} else {")
+                self.block(s.orelse, depth + 1, in_par)
+            self.out(depth, "}")
+        elif isinstance(s, Store):
+            self.out(depth, f"{s.buf}[{_expr(s.index)}] = {_expr(s.value)};")
+        elif isinstance(s, Accumulate):
+            self.accumulate(s, depth, in_par)
+        else:
+            raise TypeError(f"not an IR statement: {s!r}")
+
+    def accumulate(self, s: Accumulate, depth: int, in_par: bool) -> None:
+        idx, val = _expr(s.index), _expr(s.value)
+        if not (s.atomic and in_par):
+            self.out(depth, f"{s.buf}[{idx}] += {val};")
+        elif not self.complex:
+            self.out(depth, "#pragma omp atomic")
+            self.out(depth, f"{s.buf}[{idx}] += {val};")
+        else:
+            re, im, part = _REAL_PART[self.k.value_dtype]
+            self.out(depth, "{")
+            self.out(depth + 1, f"const {self.vt} ust_v = {val};")
+            self.out(depth + 1, f"{part} *ust_p = ({part} *)&{s.buf}[{idx}];")
+            self.out(depth + 1, "#pragma omp atomic")
+            self.out(depth + 1, f"ust_p[0] += {re}(ust_v);")
+            self.out(depth + 1, "#pragma omp atomic")
+            self.out(depth + 1, f"ust_p[1] += {im}(ust_v);")
+            self.out(depth, "}")
+
+    def head(self, s: Loop) -> str:
+        return f"for ({self.it} {s.var} = {_expr(s.lo)}; {s.var} < {_expr(s.hi)}; ++{s.var}) {{"
+
+    def loop(self, s: Loop, depth: int, in_par: bool) -> None:
+        if s.parallel and not in_par and s.tag == "batch":
+            self.out(depth, "#pragma omp parallel")
+            self.out(depth, "{")
+            self.out(depth + 1, self.head(s))
+            self.block(s.body, depth + 2, in_par=True)
+            self.out(depth + 1, "}")
+            self.out(depth, "}")
+            return
+        if s.parallel and s.tag == "rows" and (not in_par or self._in_batch(s)):
+            chain = [s]
+            while (
+                len(chain[-1].body.body) == 1
+                and isinstance(chain[-1].body.body[0], Loop)
+                and chain[-1].body.body[0].parallel
+                and chain[-1].body.body[0].tag == "rows"
+            ):
+                chain.append(chain[-1].body.body[0])
+            collapse = f" collapse({len(chain)})" if len(chain) > 1 else ""
+            if in_par:
+                self.out(depth, f"#pragma omp for schedule(static){collapse} nowait")
+            else:
+                trip = f"({_expr(s.hi)}) - ({_expr(s.lo)})"
+                self.out(
+                    depth, f"#pragma omp parallel for schedule(static){collapse} if({trip} > {PAR_THRESHOLD})"
+                )
+            for d, lp in enumerate(chain):
+                self.out(depth + d, self.head(lp))
+            self.block(chain[-1].body, depth + len(chain), in_par=True)
+            for d in reversed(range(len(chain))):
+                self.out(depth + d, "}")
+            return
+        if s.reduce and self.simd and not any(isinstance(n, Loop) for n in walk(s.body)):
+            self.out(depth, f"#pragma omp simd reduction(+:{s.reduce})")
+        self.out(depth, self.head(s))
+        self.block(s.body, depth + 1, in_par)
+        self.out(depth, "}")
+
+    def _in_batch(self, s: Loop) -> bool:
+        return self._batch_rows is not None and s is self._batch_rows
+
+    _batch_rows: Loop | None = None
+
+    def params(self) -> str:
+        parts: list[str] = []
+        for name, kind in c_abi(self.k):
+            if kind == "iscalar":
+                parts.append(f"const {self.it} {name}")
+            elif kind == "vscal":
+                parts.append(f"const {self.vt} *restrict vscal")
+            else:
+                p: Param = self.k.param(name)
+                t = C_INDEX[p.dtype] if p.kind == "ibuf" else self.vt
+                parts.append(f"{'const ' if p.const else ''}{t} *restrict {name}")
+        return ",\n    ".join(parts)
+
+    def function(self) -> str:
+        k = self.k
+        for n in walk(k.body):  # the row loop directly inside a batch loop is shared out with omp for
+            if isinstance(n, Loop) and n.tag == "batch" and n.parallel:
+                for m in n.body.body:
+                    if isinstance(m, Loop) and m.parallel and m.tag == "rows":
+                        self._batch_rows = m
+        self.out(0, f"void {k.name}(\n    {self.params()})")
+        self.out(0, "{")
+        vscal = [p.name for p in k.params if p.kind == "vscalar"]
+        for i, name in enumerate(vscal):
+            self.out(1, f"const {self.vt} {name} = vscal[{i}];")
+        if k.init is not None:
+            self.out(1, "/* init: y = beta * y0 (or 0) before accumulating into it */")
+            self.block(k.init, 1, in_par=False)
+        self.block(k.body, 1, in_par=False)
+        self.out(0, "}")
+        return "\n".join(self.lines) + "\n"
+
+
+def _prelude(kernels: list[Kernel]) -> str:
+    lines = ["/* Generated by ust (ust.codegen.emit_c). Do not edit. */", "#include <stdint.h>"]
+    if any(k.value_dtype.startswith("complex") for k in kernels):
+        lines.append("#include <complex.h>")
+    return "\n".join(lines) + "\n"
+
+
+def emit_c(kernels: Kernel | list[Kernel], *, simd: bool = True) -> str:
+    """C99 source defining one function per kernel (named ``kernel.name``)."""
+    ks = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    parts = [_prelude(ks)]
+    for k in ks:
+        parts.append(_CEmitter(k, simd).function())
+    return "\n".join(parts)

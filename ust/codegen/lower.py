@@ -1,0 +1,758 @@
+"""Lowering: (Format, op) -> loop IR, by walking the format's levels.
+
+The op contracts the last dimension of the sparse operand ``A`` (shape ``D0 .. D{r-1}``)
+with a dense operand:
+
+========  ==================  ==============================================  ==============
+op        dense operand       result                                          e.g.
+========  ==================  ==============================================  ==============
+``mv``    ``x[j]``            ``y[o...] = sum_j A[o..., j] x[j]``             SpMV, TTV
+``mm``    ``X[j, c]``         ``y[o..., c] = sum_j A[o..., j] X[j, c]``       SpMM
+========  ==================  ==============================================  ==============
+
+always as ``y = alpha * (...) + beta * y0`` (``y0`` read only when ``has_y0``).  For a format
+with batch levels the dense operand has the batch dimensions in front too (``x[b, j]``,
+``X[b, j, c]``: one vector or matrix per member).  ``mm`` takes a ``layout``: ``"row"``
+(the last axis of ``X`` and ``y`` contiguous) or ``"col"`` (the last two axes swapped in
+memory: Fortran order for a matrix).
+
+A *plan* is a list of steps: a flattened batch loop, synthetic loops over output dimensions
+(``"outer"`` order only), and per level either *iterate* (dense / range -> counted loop,
+compressed -> ``pos[q] .. pos[q+1]``, loose_compressed -> ``pos[2q] .. pos[2q+1]``,
+singleton -> ``crd[q]``, structured[n, m] -> ``n`` entries per block) or *locate* (a dense
+or range level whose coordinate is already known: ``q * S + c - lo``).  After each step a
+small solver turns level coordinates into dimension indices (``i = j - (j - i)`` for a
+diagonal, ``i = r * (i floordiv r) + i mod r`` for blocks); a dimension found through a
+diagonal is bounds-checked, which is what makes a ``range`` level skip its padding.
+
+``"storage"`` order walks the levels as stored; ``"outer"`` puts loops over the output
+dimensions first and locates the levels that index them, which turns DIA, DIAI, CCOL and
+column-major dense into row-owned loops.  ``"auto"`` takes storage order when its outer
+loop owns its outputs, else outer order when the format allows it, else storage order with
+atomic accumulation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ust.codegen.ir import (
+    Accumulate,
+    Assign,
+    Bin,
+    Block,
+    Const,
+    Decl,
+    Expr,
+    If,
+    Kernel,
+    Let,
+    Load,
+    Loop,
+    Param,
+    Stmt,
+    Store,
+    Var,
+    block,
+    free_names,
+)
+from ust.formats.model import Add, Dim, FloorDiv, Format, LevelFormat, Mod, Sub
+from ust.runtime.errors import UnsupportedError
+
+__all__ = [
+    "INDEX_DTYPES",
+    "LAYOUTS",
+    "OPS",
+    "ORDERS",
+    "VALUE_DTYPES",
+    "KernelInfo",
+    "Plan",
+    "format_tag",
+    "kernel_name",
+    "lower",
+    "plan",
+]
+
+OPS = ("mv", "mm")
+LAYOUTS = ("row", "col")
+ORDERS = ("auto", "storage", "outer")
+VALUE_DTYPES = ("float32", "float64", "complex64", "complex128")
+INDEX_DTYPES = ("int32", "int64")
+
+_LOCATABLE = frozenset({LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE})
+_COUNTED = frozenset({LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE})
+_DTYPE_TAG = {
+    "float32": "f32",
+    "float64": "f64",
+    "complex64": "c64",
+    "complex128": "c128",
+    "int32": "i32",
+    "int64": "i64",
+}
+
+
+# ----------------------------------------------------------------------------- small expression helpers
+
+
+def _c(v: int) -> Const:
+    return Const(v, "index")
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    return Bin("+", a, b)
+
+
+def _sub(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    return Bin("-", a, b)
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const) and x.value == 0:
+            return _c(0)
+        if isinstance(x, Const) and x.value == 1:
+            return y
+    return Bin("*", a, b)
+
+
+def _and(a: Expr | None, b: Expr) -> Expr:
+    return b if a is None else Bin("&&", a, b)
+
+
+def _in_range(v: Expr, hi: Expr) -> Expr:
+    return Bin("&&", Bin("<=", _c(0), v), Bin("<", v, hi))
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class Step:
+    """``kind``: ``"batch"`` (all batch levels, one flattened loop), ``"dim"`` (a synthetic
+    loop over output dimension ``arg``), ``"iter"`` / ``"locate"`` (level ``arg``)."""
+
+    kind: str
+    arg: int = -1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a format is walked for an op (see the module docstring)."""
+
+    order: str  # "storage" | "outer"
+    steps: tuple[Step, ...]
+    npar: int  # the first npar steps are parallel loops
+    acc_step: int  # index of the step after which every output dimension is known
+    owned: bool  # distinct parallel iterations never write the same output
+    store: bool  # every output is written exactly once: no init pass, plain stores
+    reduce_ok: bool  # the accumulator lives at the parallel level (CUDA group mapping applies)
+
+    @property
+    def atomic(self) -> bool:
+        return not self.owned
+
+
+def _level_dims(fmt: Format, k: int) -> tuple[int, ...]:
+    return fmt.levels[k].expr.dims
+
+
+def _computable(fmt: Format, k: int, known: set[int]) -> bool:
+    return all(d in known for d in _level_dims(fmt, k))
+
+
+def _solve_sets(fmt: Format, have: set[int], known: set[int]) -> tuple[set[int], set[int]]:
+    """Dimensions derivable from the level coordinates in ``have``: (all known, checked ones)."""
+    known = set(known)
+    checked: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for k in sorted(have):
+            e = fmt.levels[k].expr
+            new: int | None = None
+            check = False
+            if isinstance(e, Dim) and e.dim not in known:
+                new = e.dim
+            elif isinstance(e, FloorDiv) and e.dim not in known:
+                mods = [
+                    j
+                    for j in have
+                    if isinstance(fmt.levels[j].expr, Mod) and fmt.levels[j].expr.dims == (e.dim,)
+                ]
+                if mods:
+                    new = e.dim
+            elif isinstance(e, (Sub, Add)):
+                a, b = e.left, e.right
+                if (a in known) != (b in known):
+                    new, check = (b if a in known else a), True
+            if new is not None:
+                known.add(new)
+                if check:
+                    checked.add(new)
+                changed = True
+    return known, checked
+
+
+def _first_nonbatch(fmt: Format) -> int:
+    k = 0
+    while k < fmt.nlevels and fmt.levels[k].format is LevelFormat.BATCH:
+        k += 1
+    return k
+
+
+def _build_steps(fmt: Format, order: str, out_dims: Sequence[int]) -> tuple[list[Step], int] | None:
+    """Steps for ``order``, or None when the format cannot be walked that way."""
+    nb = _first_nonbatch(fmt)
+    steps: list[Step] = [Step("batch")] if nb else []
+    known: set[int] = {fmt.levels[k].expr.dims[0] for k in range(nb)}
+    if order == "outer":
+        steps += [Step("dim", d) for d in out_dims if d not in known]
+        known |= set(out_dims)
+    npar = len(steps) if order == "outer" else len(steps) + 1
+    have: set[int] = set(range(nb))
+    for k in range(nb, fmt.nlevels):
+        if _computable(fmt, k, known):
+            if fmt.levels[k].format not in _LOCATABLE:
+                return None
+            steps.append(Step("locate", k))
+        else:
+            steps.append(Step("iter", k))
+        have.add(k)
+        known, _ = _solve_sets(fmt, have, known)
+    return steps, npar
+
+
+def _analyse(fmt: Format, order: str, out_dims: Sequence[int]) -> Plan | None:
+    built = _build_steps(fmt, order, out_dims)
+    if built is None:
+        return None
+    steps, npar = built
+    outs = set(out_dims)
+    nb = _first_nonbatch(fmt)
+    known: set[int] = {fmt.levels[k].expr.dims[0] for k in range(nb)}
+    checked_any = False
+    have: set[int] = set(range(nb))
+    acc_step = -1
+    store = True
+    for s, st in enumerate(steps):
+        if st.kind == "dim":
+            known.add(st.arg)
+        elif st.kind in ("iter", "locate"):
+            lv = fmt.levels[st.arg]
+            have.add(st.arg)
+            before = set(known)
+            known, checked = _solve_sets(fmt, have, known)
+            checked_any |= bool(checked - before)
+            if st.kind == "iter":
+                full = lv.format in _COUNTED and isinstance(lv.expr, (Dim, FloorDiv, Mod))
+                if not (full and set(lv.expr.dims) <= outs):
+                    store = False
+        if acc_step < 0 and outs <= known:
+            acc_step = s
+            break
+    if acc_step < 0:  # pragma: no cover - every output dimension is stored by some level
+        raise UnsupportedError(f"cannot find the output dimensions of {fmt.map_text()}")
+    if checked_any:
+        store = False
+    first = steps[npar - 1]
+    if first.kind == "dim" or first.kind == "batch":
+        owned = True
+    else:
+        lv = fmt.levels[first.arg]
+        unique = lv.format in _COUNTED or (
+            lv.format in (LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED) and lv.type.unique
+        )
+        owned = unique and isinstance(lv.expr, (Dim, FloorDiv)) and lv.expr.dims[0] in outs
+    store = store and owned
+    reduce_ok = acc_step == npar - 1
+    return Plan(order, tuple(steps), npar, acc_step, owned, store, reduce_ok)
+
+
+def plan(fmt: Format, op: str = "mv", order: str = "auto") -> Plan:
+    """The loop plan for ``op`` on ``fmt`` (``order``: ``"auto"``, ``"storage"`` or ``"outer"``)."""
+    _check_request(fmt, op, "row", order)
+    out_dims = tuple(range(fmt.ndim - 1))
+    if order != "auto":
+        p = _analyse(fmt, order, out_dims)
+        if p is None:
+            raise UnsupportedError(
+                f"order 'outer' needs every level that indexes an output dimension to be dense or range; "
+                f"{fmt.map_text()} is walked in 'storage' order only"
+            )
+        return p
+    storage = _analyse(fmt, "storage", out_dims)
+    assert storage is not None
+    if storage.owned:
+        return storage
+    outer = _analyse(fmt, "outer", out_dims)
+    return outer if outer is not None and outer.owned else storage
+
+
+def _check_request(fmt: Format, op: str, layout: str, order: str) -> None:
+    if op not in OPS:
+        raise UnsupportedError(f"unknown op {op!r}; supported: {', '.join(OPS)}")
+    if layout not in LAYOUTS:
+        raise UnsupportedError(f"unknown layout {layout!r}; supported: {', '.join(LAYOUTS)}")
+    if order not in ORDERS:
+        raise UnsupportedError(f"unknown loop order {order!r}; supported: {', '.join(ORDERS)}")
+    if fmt.ndim < 2:
+        raise UnsupportedError(f"matmul needs a sparse operand of 2 or more dimensions, got {fmt.ndim}")
+    nb = _first_nonbatch(fmt)
+    if any(fmt.levels[k].expr.dims[0] == fmt.ndim - 1 for k in range(nb)):
+        raise UnsupportedError("a batch level on the contracted (last) dimension is not supported")
+
+
+# ----------------------------------------------------------------------------- naming
+
+
+def format_tag(fmt: Format) -> str:
+    """A C identifier for a format: its standard name, or a short hash of its map."""
+    std = fmt.standard_name
+    if std:
+        return re.sub(r"[^0-9A-Za-z]+", "_", std).strip("_")
+    return "f" + hashlib.sha1(fmt.map_text().encode()).hexdigest()[:10]
+
+
+def kernel_name(
+    fmt: Format, op: str, layout: str, order: str, value_dtype: str, index_dtype: str, itype: str
+) -> str:
+    lay = "" if op == "mv" else "_" + layout
+    return (
+        f"ust_{op}{lay}_{format_tag(fmt)}_{order}_{_DTYPE_TAG[value_dtype]}"
+        f"_{_DTYPE_TAG[index_dtype]}_{_DTYPE_TAG[itype]}"
+    )
+
+
+# ----------------------------------------------------------------------------- kernel info
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What launchers need to know about a lowered kernel (stored in ``Kernel.meta``)."""
+
+    op: str
+    layout: str
+    order: str
+    owned: bool
+    atomic: bool
+    init: bool
+    batch: bool
+    reduce_ok: bool
+    col_par: bool
+    #: extents of the non-batch parallel loops: ("D", d) dimension size, ("S", k) level
+    #: extent, ("crd", k) length of level k's crd buffer (per batch member)
+    par_extents: tuple[tuple[str, int], ...]
+
+
+# ----------------------------------------------------------------------------- the lowering proper
+
+
+class _Gen:
+    """Generates the statements of one plan (recursively, one step at a time)."""
+
+    def __init__(self, fmt: Format, op: str, layout: str, p: Plan) -> None:
+        self.fmt = fmt
+        self.op = op
+        self.layout = layout
+        self.plan = p
+        self.r = fmt.ndim
+        self.outs = tuple(range(self.r - 1))
+        self.bounds_static = [self._static_lo(k) for k in range(fmt.nlevels)]
+        self.nb = _first_nonbatch(fmt)
+        self.cols = op == "mm"
+        self.batch_dims = sorted(fmt.levels[k].expr.dims[0] for k in range(self.nb))
+        self.col_par = self.cols and p.acc_step == p.npar - 1
+
+    # -- level facts -------------------------------------------------------------------------
+    def _static_lo(self, k: int) -> bool:
+        return not isinstance(self.fmt.levels[k].expr, Sub)
+
+    def extent(self, k: int) -> Expr:
+        e = self.fmt.levels[k].expr
+        if isinstance(e, Dim):
+            return Var(f"D{e.dim}")
+        if isinstance(e, Mod):
+            return _c(e.divisor)
+        return Var(f"S{k}")
+
+    def lo(self, k: int) -> Expr:
+        return _c(0) if self.bounds_static[k] else Var(f"L{k}")
+
+    def load(self, buf: str, idx: Expr) -> Load:
+        if self.nb and buf != "x":
+            idx = _add(Var(f"ob_{buf}"), idx)
+        return Load(buf, idx)
+
+    # -- dimension solver --------------------------------------------------------------------
+    def solve(self, env: dict) -> tuple[list[Stmt], Expr | None]:
+        """Lets for newly derivable dimensions and the bounds check they need (or None)."""
+        lets: list[Stmt] = []
+        cond: Expr | None = None
+        dims: dict[int, Expr] = env["dims"]
+        lc: dict[int, Expr] = env["lc"]
+        changed = True
+        while changed:
+            changed = False
+            for k in sorted(lc):
+                e = self.fmt.levels[k].expr
+                v = lc[k]
+                new: int | None = None
+                val: Expr | None = None
+                check = False
+                if isinstance(e, Dim) and e.dim not in dims:
+                    new, val = e.dim, v
+                elif isinstance(e, FloorDiv) and e.dim not in dims:
+                    for j, lj in lc.items():
+                        ej = self.fmt.levels[j].expr
+                        if isinstance(ej, Mod) and ej.dim == e.dim:
+                            new, val = e.dim, _add(_mul(_c(e.divisor), v), lj)
+                elif isinstance(e, Sub):
+                    a, b = e.left, e.right
+                    if a in dims and b not in dims:
+                        new, val, check = b, _sub(dims[a], v), True
+                    elif b in dims and a not in dims:
+                        new, val, check = a, _add(v, dims[b]), True
+                elif isinstance(e, Add):
+                    a, b = e.left, e.right
+                    if (a in dims) != (b in dims):
+                        known_d = a if a in dims else b
+                        new, val, check = (b if a in dims else a), _sub(v, dims[known_d]), True
+                if new is not None and val is not None:
+                    name = f"i{new}"
+                    if isinstance(val, Var):
+                        dims[new] = val
+                    else:
+                        lets.append(Let(name, val))
+                        dims[new] = Var(name)
+                    if check:
+                        cond = _and(cond, _in_range(dims[new], Var(f"D{new}")))
+                    changed = True
+        return lets, cond
+
+    def level_coord(self, k: int, dims: dict[int, Expr]) -> Expr:
+        e = self.fmt.levels[k].expr
+        if isinstance(e, Dim):
+            return dims[e.dim]
+        if isinstance(e, FloorDiv):
+            return Bin("//", dims[e.dim], _c(e.divisor))
+        if isinstance(e, Mod):
+            return Bin("%", dims[e.dim], _c(e.divisor))
+        if isinstance(e, Sub):
+            return Bin("-", dims[e.left], dims[e.right])
+        return Bin("+", dims[e.left], dims[e.right])
+
+    def dense_pos(self, k: int, q: Expr, c: Expr) -> Expr:
+        return _add(_mul(q, self.extent(k)), _sub(c, self.lo(k)))
+
+    # -- output / operand indexing -------------------------------------------------------------
+    def y_index(self, dims: dict[int, Expr], col: Expr | None) -> Expr:
+        outs = self.outs
+        lin: Expr = _c(0)
+        if col is None or self.layout == "row":
+            for d in outs:
+                lin = _add(_mul(lin, Var(f"D{d}")), dims[d])
+            return lin if col is None else _add(_mul(lin, Var("NC")), col)
+        for d in outs[:-1]:
+            lin = _add(_mul(lin, Var(f"D{d}")), dims[d])
+        last = outs[-1]
+        return _add(_mul(_add(_mul(lin, Var("NC")), col), Var(f"D{last}")), dims[last])
+
+    def x_index(self, dims: dict[int, Expr], col: Expr | None) -> Expr:
+        j = dims[self.r - 1]
+        kdim = Var(f"D{self.r - 1}")
+        if col is None:
+            idx = j
+        else:
+            idx = _add(_mul(j, Var("NC")), col) if self.layout == "row" else _add(_mul(col, kdim), j)
+        if self.batch_dims:
+            member: Expr = _c(0)
+            for d in self.batch_dims:
+                member = _add(_mul(member, Var(f"D{d}")), dims[d])
+            idx = _add(_mul(member, kdim if col is None else _mul(kdim, Var("NC"))), idx)
+        return idx
+
+    # -- generation --------------------------------------------------------------------------
+    def run(self) -> Block:
+        env = {"dims": {}, "lc": {}, "q": _c(0), "col": None, "acc": False, "reduce_marked": False}
+        return block(*self.gen(0, env))
+
+    def gen(self, s: int, env: dict) -> list[Stmt]:
+        steps = self.plan.steps
+        if s == len(steps):
+            return self.leaf(env)
+        st = steps[s]
+        par = s < self.plan.npar
+        env = {**env, "dims": dict(env["dims"]), "lc": dict(env["lc"])}
+        wrap_cols = self.col_par and s == self.plan.npar - 1
+        if st.kind == "batch":
+            return self.gen_batch(s, env, par)
+        if st.kind == "dim":
+            d = st.arg
+            var = f"i{d}"
+            env["dims"][d] = Var(var)
+            body = self.after_bind(s, env, [], wrap_cols)
+            return [Loop(var, _c(0), Var(f"D{d}"), body, parallel=par, tag="rows" if par else "")]
+        k = st.arg
+        lv = self.fmt.levels[k]
+        if st.kind == "locate":
+            c = self.level_coord(k, env["dims"])
+            pre: list[Stmt] = [Let(f"c{k}", c), Let(f"p{k}", self.dense_pos(k, env["q"], Var(f"c{k}")))]
+            env["lc"][k] = Var(f"c{k}")
+            env["q"] = Var(f"p{k}")
+            return list(self.after_bind(s, env, pre, False).body)
+        q = env["q"]
+        f = lv.format
+        pk = f"p{k}"
+        if f in _COUNTED:
+            ck = f"c{k}"
+            env["lc"][k] = Var(ck)
+            env["q"] = Var(pk)
+            pre = (
+                []
+                if (isinstance(q, Const) and q.value == 0 and self.bounds_static[k])
+                else [Let(pk, self.dense_pos(k, q, Var(ck)))]
+            )
+            if not pre:
+                env["q"] = Var(ck)
+            body = self.after_bind(s, env, pre, wrap_cols)
+            lo = self.lo(k)
+            loop = Loop(ck, lo, _add(lo, self.extent(k)), body, parallel=par, tag="rows" if par else "")
+            return [self.mark_reduce(loop, env)]
+        if f is LevelFormat.SINGLETON:
+            env["lc"][k] = Var(f"c{k}")
+            env["q"] = q
+            pre = [Let(f"c{k}", self.load(f"crd{k}", q))]
+            return list(self.after_bind(s, env, pre, False).body)
+        if f is LevelFormat.STRUCTURED:
+            n = lv.type.n
+            lo_e: Expr = _mul(q, _c(n))
+            hi_e: Expr = _add(lo_e, _c(n))
+            heads: list[Stmt] = []
+        else:
+            idx_lo = q if f is LevelFormat.COMPRESSED else _mul(q, _c(2))
+            heads = [
+                Let(f"{pk}_lo", self.load(f"pos{k}", idx_lo)),
+                Let(f"{pk}_hi", self.load(f"pos{k}", _add(idx_lo, _c(1)))),
+            ]
+            lo_e, hi_e = Var(f"{pk}_lo"), Var(f"{pk}_hi")
+        env["lc"][k] = Var(f"c{k}")
+        env["q"] = Var(pk)
+        pre = [Let(f"c{k}", self.load(f"crd{k}", Var(pk)))]
+        body = self.after_bind(s, env, pre, wrap_cols)
+        loop = Loop(pk, lo_e, hi_e, body, parallel=par, tag="rows" if par else "")
+        return [*heads, self.mark_reduce(loop, env)]
+
+    def mark_reduce(self, loop: Loop, env: dict) -> Loop:
+        """Mark the first loop inside the accumulator's region as its reduction loop."""
+        if env.get("reduce_here"):
+            return Loop(loop.var, loop.lo, loop.hi, loop.body, loop.parallel, loop.tag, reduce="acc")
+        return loop
+
+    def gen_batch(self, s: int, env: dict, par: bool) -> list[Stmt]:
+        nb = self.nb
+        lets: list[Stmt] = []
+        rest: Expr = Var("t")
+        for k in reversed(range(nb)):
+            d = self.fmt.levels[k].expr.dims[0]
+            size = Var(f"D{d}")
+            if k == 0:
+                lets.insert(0, Let(f"i{d}", rest))
+            else:
+                lets.insert(0, Let(f"i{d}", Bin("%", rest, size)))
+                rest = Bin("//", rest, size)
+            env["dims"][d] = Var(f"i{d}")
+            env["lc"][k] = Var(f"i{d}")
+        offs: list[Stmt] = []
+        for k in range(nb, self.fmt.nlevels):
+            lt = self.fmt.levels[k].type
+            if lt.stores_pos:
+                offs.append(Let(f"ob_pos{k}", _mul(Var("t"), Var(f"BP{k}"))))
+            if lt.stores_crd:
+                offs.append(Let(f"ob_crd{k}", _mul(Var("t"), Var(f"BC{k}"))))
+        offs.append(Let("ob_val", _mul(Var("t"), Var("BV"))))
+        env["q"] = _c(0)
+        body = self.after_bind(s, env, lets + offs, self.col_par and s == self.plan.npar - 1)
+        return [Loop("t", _c(0), Var("NB"), body, parallel=par, tag="batch" if par else "")]
+
+    def after_bind(self, s: int, env: dict, pre: list[Stmt], wrap_cols: bool) -> Block:
+        """Statements after step ``s`` bound its coordinate: derived dims, checks, the rest."""
+        lets, cond = self.solve(env)
+        inner: list[Stmt]
+        if s == self.plan.acc_step:
+            inner = self.acc_region(s, env, wrap_cols)
+        else:
+            inner = self.gen(s + 1, env)
+        body: list[Stmt] = [*lets, *inner] if cond is None else [*lets, If(cond, block(*inner))]
+        if wrap_cols:
+            return block(Loop("col", _c(0), Var("NC"), block(*pre, *body), parallel=True, tag="cols"))
+        return block(*pre, *body)
+
+    def acc_region(self, s: int, env: dict, cols_outside: bool) -> list[Stmt]:
+        """Accumulator, the contracting loops below, and the write of one output."""
+        col: Expr | None = Var("col") if self.cols else None
+        env = {**env, "acc": True, "reduce_here": self.plan.reduce_ok}
+        inner = self.gen(s + 1, env)
+        yi = self.y_index(env["dims"], col)
+        contrib = Bin("*", Var("alpha"), Var("acc"))
+        if self.plan.store:
+            write: Stmt = If(
+                Bin("!=", Var("has_y0"), _c(0)),
+                block(Store("y", yi, Bin("+", contrib, Bin("*", Var("beta"), Load("y0", yi))))),
+                block(Store("y", yi, contrib)),
+            )
+        else:
+            write = Accumulate("y", yi, contrib, atomic=self.plan.atomic)
+        region: list[Stmt] = [Decl("acc", Const(0.0, "value")), *inner, write]
+        if self.cols and not cols_outside:
+            return [Loop("col", _c(0), Var("NC"), block(*region))]
+        return region
+
+    def leaf(self, env: dict) -> list[Stmt]:
+        col: Expr | None = Var("col") if self.cols else None
+        p = env["q"]
+        xv = Load("x", self.x_index(env["dims"], col))
+        return [Assign("acc", Bin("+", Var("acc"), Bin("*", self.load("val", p), xv)))]
+
+
+def _keep_first_reduce(node: Block) -> Block:
+    """Keep ``reduce`` on the first (outermost) marked loop of each region only."""
+
+    def fix(s: Stmt, seen: bool) -> tuple[Stmt, bool]:
+        if isinstance(s, Loop):
+            mark = s.reduce if (s.reduce and not seen) else None
+            body, _ = fix_block(s.body, seen or mark is not None)
+            return Loop(s.var, s.lo, s.hi, body, s.parallel, s.tag, mark), seen
+        if isinstance(s, If):
+            then, _ = fix_block(s.then, seen)
+            orelse = fix_block(s.orelse, seen)[0] if s.orelse is not None else None
+            return If(s.cond, then, orelse), seen
+        if isinstance(s, Block):
+            return fix_block(s, seen)
+        return s, seen
+
+    def fix_block(b: Block, seen: bool) -> tuple[Block, bool]:
+        out = []
+        for s in b.body:
+            t, _ = fix(s, seen)
+            out.append(t)
+        return Block(tuple(out)), seen
+
+    return fix_block(node, False)[0]
+
+
+def _all_params(fmt: Format, value_dtype: str, index_dtype: str) -> list[Param]:
+    r = fmt.ndim
+    ps: list[Param] = [Param(f"D{d}", "iscalar") for d in range(r)]
+    ps += [Param(n, "iscalar") for n in ("NC", "NB", "NY")]
+    ps += [Param(f"S{k}", "iscalar") for k in range(fmt.nlevels)]
+    ps += [Param(f"L{k}", "iscalar") for k in range(fmt.nlevels)]
+    ps += [Param(f"BP{k}", "iscalar") for k in range(fmt.nlevels)]
+    ps += [Param(f"BC{k}", "iscalar") for k in range(fmt.nlevels)]
+    ps += [Param("BV", "iscalar"), Param("has_y0", "iscalar")]
+    ps += [Param("alpha", "vscalar", value_dtype), Param("beta", "vscalar", value_dtype)]
+    for k, lv in enumerate(fmt.levels):
+        if lv.type.stores_pos:
+            ps.append(Param(f"pos{k}", "ibuf", index_dtype))
+        if lv.type.stores_crd:
+            ps.append(Param(f"crd{k}", "ibuf", index_dtype))
+    ps += [
+        Param("val", "vbuf", value_dtype),
+        Param("x", "vbuf", value_dtype),
+        Param("y0", "vbuf", value_dtype),
+    ]
+    ps.append(Param("y", "vbuf", value_dtype, const=False))
+    return ps
+
+
+def lower(
+    fmt: Format,
+    op: str = "mv",
+    *,
+    layout: str = "row",
+    order: str = "auto",
+    value_dtype: str = "float64",
+    index_dtype: str = "int32",
+    itype: str = "int64",
+) -> Kernel:
+    """Lower ``op`` on a tensor stored in ``fmt`` to a :class:`~ust.codegen.ir.Kernel`.
+
+    The kernel's scalar parameters: ``D{d}`` dimension sizes, ``NC`` dense columns, ``NB``
+    batch members, ``NY`` output size, ``S{k}`` / ``L{k}`` level extent / lower bound,
+    ``BP{k}`` / ``BC{k}`` / ``BV`` per-member strides of batched buffers, ``has_y0``,
+    ``alpha``, ``beta``; buffers ``pos{k}``, ``crd{k}``, ``val``, ``x``, ``y0``, ``y``.
+    Only the parameters the kernel uses are listed.
+    """
+    _check_request(fmt, op, layout, order)
+    if value_dtype not in VALUE_DTYPES:
+        raise UnsupportedError(
+            f"value dtype {value_dtype} is not supported; supported: {', '.join(VALUE_DTYPES)}"
+        )
+    if index_dtype not in INDEX_DTYPES or itype not in INDEX_DTYPES:
+        raise UnsupportedError(f"index dtypes must be one of {', '.join(INDEX_DTYPES)}")
+    p = plan(fmt, op, order)
+    if op == "mv":
+        layout = "row"
+    gen = _Gen(fmt, op, layout, p)
+    body = _keep_first_reduce(gen.run())
+    init: Block | None = None
+    if not p.store:
+        init = block(
+            Loop(
+                "f",
+                _c(0),
+                Var("NY"),
+                block(
+                    If(
+                        Bin("!=", Var("has_y0"), _c(0)),
+                        block(Store("y", Var("f"), Bin("*", Var("beta"), Load("y0", Var("f"))))),
+                        block(Store("y", Var("f"), Const(0.0, "value"))),
+                    )
+                ),
+                parallel=True,
+                tag="rows",
+            )
+        )
+    used = free_names(body) | (free_names(init) if init is not None else set())
+    params = tuple(q for q in _all_params(fmt, value_dtype, index_dtype) if q.name in used)
+    par_extents: list[tuple[str, int]] = []
+    for st in p.steps[: p.npar]:
+        if st.kind == "dim":
+            par_extents.append(("D", st.arg))
+        elif st.kind == "iter":
+            lv = fmt.levels[st.arg]
+            par_extents.append(("S", st.arg) if lv.format in _COUNTED else ("crd", st.arg))
+    info = KernelInfo(
+        op=op,
+        layout=layout,
+        order=p.order,
+        owned=p.owned,
+        atomic=p.atomic,
+        init=init is not None,
+        batch=gen.nb > 0,
+        reduce_ok=p.reduce_ok and any(isinstance(n, Loop) and n.reduce for n in _loops(body)),
+        col_par=gen.col_par,
+        par_extents=tuple(par_extents),
+    )
+    name = kernel_name(fmt, op, layout, p.order, value_dtype, index_dtype, itype)
+    meta = tuple(sorted(vars(info).items()))
+    return Kernel(name, params, body, init, value_dtype, index_dtype, itype, meta)
+
+
+def _loops(node: Block) -> list[Loop]:
+    from ust.codegen.ir import walk
+
+    return [n for n in walk(node) if isinstance(n, Loop)]
+
+
+def kernel_info(kernel: Kernel) -> KernelInfo:
+    """The :class:`KernelInfo` a kernel was lowered with."""
+    return KernelInfo(**kernel.info)  # type: ignore[arg-type]
