@@ -64,7 +64,7 @@ def todense(t: Tensor) -> Any:
     out = xp.zeros(t.shape, dtype=t.dtype)
     if ent.n == 0:
         return out
-    lin = None
+    lin: Any = None
     for c, s in zip(ent.dims(), t.shape):
         lin = c.astype(np.int64) if lin is None else lin * s + c
     flat = out.reshape(-1)

@@ -1,0 +1,161 @@
+"""cupyx.scipy.sparse interop: csr/csc/coo/dia matrices in (their buffers), out on the GPU.
+
+Mirrors :mod:`ust.convert.scipy`: the same honest labels for unsorted / duplicated input,
+the same checks.  cupyx wants int32 indices in most routines, so exports cast index arrays
+to int32 when the sizes allow (a copy only when the tensor holds int64 indices).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ust.convert.layouts import coo_format, library_layout, relabel
+from ust.convert.validate import INDEX_DTYPES, check_index_array, check_value_dtype
+from ust.formats.library import get
+from ust.formats.model import Format
+from ust.runtime.errors import ShapeError, UnsupportedError
+
+if TYPE_CHECKING:
+    from ust.tensor import Tensor
+
+__all__ = ["from_cupyx", "from_cupyx_trusted", "to_cupyx"]
+
+_CUPYX_DTYPES = "float32, float64, complex64, complex128"
+
+
+def _index(*arrays: Any) -> list[Any]:
+    for k, a in enumerate(arrays):
+        if np.dtype(a.dtype).kind not in "iu":
+            check_index_array(a, f"index array {k}")
+    dts = {np.dtype(a.dtype) for a in arrays}
+    if len(dts) == 1 and next(iter(dts)) in INDEX_DTYPES:
+        return list(arrays)
+    return [a.astype(np.int64) for a in arrays]
+
+
+def from_cupyx(A: Any) -> Tensor:
+    """A Tensor around a cupyx.scipy.sparse matrix (its buffers, no copy)."""
+    from ust.tensor import Tensor
+
+    name = getattr(A, "format", None)
+    check_value_dtype(A.dtype)
+    shape = tuple(int(s) for s in A.shape)
+    if name in ("csr", "csc") and len(shape) == 2:
+        indptr, indices = _index(A.indptr, A.indices)
+        nnz = int(indptr[-1]) if indptr.shape[0] else 0
+        if indices.shape[0] < nnz:
+            raise ShapeError(f"{name} indices hold {indices.shape[0]} entries but indptr ends at {nnz}")
+        base = get(name.upper())
+        fmt = base
+        if nnz and not bool(A.has_canonical_format):
+            if bool(A.has_sorted_indices):
+                fmt = relabel(base, 1, unique=False, ordered=True)
+            else:
+                probe = A.copy()
+                probe.sum_duplicates()
+                fmt = relabel(base, 1, unique=int(probe.nnz) == nnz, ordered=False)
+        vals = A.data if A.data.shape[0] == nnz else A.data[:nnz]
+        return Tensor(shape, fmt, vals, pos={1: indptr}, crd={1: indices[:nnz]}, check="bounds")
+    if name == "coo" and len(shape) == 2:
+        row, col = _index(A.row, A.col)
+        n = int(A.data.shape[0])
+        import cupy
+
+        fmt = coo_format(2, canonical=bool(A.has_canonical_format))
+        return Tensor(
+            shape,
+            fmt,
+            A.data,
+            pos={0: cupy.asarray(np.array([0, n], dtype=row.dtype))},
+            crd={0: row, 1: col},
+            check="bounds",
+        )
+    if name == "dia":
+        import cupy
+
+        (offsets,) = _index(A.offsets)
+        data = A.data
+        nd = int(offsets.shape[0])
+        N = shape[1]
+        if data.shape[1] != N or not data.flags.c_contiguous:
+            full = cupy.zeros((nd, N), dtype=data.dtype)
+            w = min(N, int(data.shape[1]))
+            full[:, :w] = data[:, :w]
+            data = full
+        ordered = nd < 2 or bool((offsets[1:] > offsets[:-1]).all())
+        fmt = get("DIA") if ordered else relabel(get("DIA"), 0, ordered=False)
+        return Tensor(
+            shape,
+            fmt,
+            data.reshape(-1),
+            pos={0: cupy.asarray(np.array([0, nd], dtype=offsets.dtype))},
+            crd={0: offsets},
+            check="bounds",
+        )
+    raise UnsupportedError(f"cupyx.scipy.sparse format {name!r}; supported: csr, csc, coo, dia")
+
+
+def from_cupyx_trusted(A: Any, fmt: Format) -> Tensor:
+    """A library route's result in ``fmt`` (sorted first where cuSPARSE did not promise it)."""
+    from ust.tensor import Tensor
+
+    shape = tuple(int(s) for s in A.shape)
+    if A.format in ("csr", "csc"):
+        if not A.has_sorted_indices:
+            A.sort_indices()
+        indptr, indices = _index(A.indptr, A.indices)
+        return Tensor(shape, fmt, A.data, pos={1: indptr}, crd={1: indices}, check=False)
+    if A.format == "coo":
+        import cupy
+
+        row, col = _index(A.row, A.col)
+        n = int(A.data.shape[0])
+        pos0 = cupy.asarray(np.array([0, n], dtype=row.dtype))
+        return Tensor(shape, fmt, A.data, pos={0: pos0}, crd={0: row, 1: col}, check=False)
+    return from_cupyx(A)
+
+
+def _idx32(a: Any) -> Any:
+    return a if a.dtype == np.int32 else a.astype(np.int32)
+
+
+def to_cupyx(t: Tensor) -> Any:
+    """A cupyx.scipy.sparse matrix on the GPU: csr/csc/coo/dia when ``t``'s format is one
+    (canonicalised), anything else as CSR."""
+    import cupyx.scipy.sparse as csp
+
+    if np.dtype(t.dtype) not in {np.dtype(c) for c in "fdFD"}:
+        raise UnsupportedError(f"cupyx.scipy.sparse holds {_CUPYX_DTYPES} values, not {t.dtype}")
+    if t.device == "cpu":
+        t = t.to("cuda")
+    if max(t.nse, *t.shape) >= 2**31:
+        raise UnsupportedError("cupyx.scipy.sparse needs int32 indices: this tensor is too large")
+    lay = library_layout(t.format)
+    if lay is None or lay.name not in ("csr", "csc", "coo", "dia"):
+        from ust.convert.routes import convert
+
+        t = convert(t, get("CSR"))
+        lay = library_layout(t.format)
+        assert lay is not None
+    shape = t.shape
+    if lay.name in ("csr", "csc"):
+        cls = csp.csr_matrix if lay.name == "csr" else csp.csc_matrix
+        A = cls((t.values, _idx32(t.crd(1)), _idx32(t.pos(1))), shape=shape)
+        if lay.canonical:
+            A.has_canonical_format = True
+        else:
+            A = A.copy()
+            A.sum_duplicates()
+        return A
+    if lay.name == "coo":
+        A = csp.coo_matrix((t.values, (_idx32(t.crd(0)), _idx32(t.crd(1)))), shape=shape)
+        if lay.canonical:
+            A.has_canonical_format = True
+        else:
+            A = A.copy()
+            A.sum_duplicates()
+        return A
+    nd = int(t.crd(0).shape[0])
+    return csp.dia_matrix((t.values.reshape(nd, shape[1]), _idx32(t.crd(0))), shape=shape)
