@@ -1077,9 +1077,9 @@ class FFT(StatefulOperation):
 
     def _plan_versions(self) -> dict[str, str]:
         if self._place.space.is_cuda:
-            import cupy
+            from cupy.cuda import cufft
 
-            return {"cufft": str(cupy.cuda.cufft.getVersion())}
+            return {"cufft": str(cufft.getVersion())}
         import scipy
 
         return {"scipy": scipy.__version__}
