@@ -480,3 +480,35 @@ def test_solve_command_prints_phases(tmp_path: object, capsys: pytest.CaptureFix
     np.save(rhs_path, np.ones((100, 2)))
     assert solve_command(parser.parse_args([str(path), "--rhs", str(rhs_path), "--execution", "cpu"])) == 0
     assert "backward error" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ cuDSS tables (no GPU needed)
+
+
+def test_cudss_tables_match_the_headers() -> None:
+    """Spot values read from cudss_data_types.h of nvidia-cudss-cu13 0.8.0.10 and 1.0.0.35."""
+    from ust.backends.cuda import cudss as C
+
+    v08, v10 = C.ABIS[(0, 8)].config, C.ABIS[(1, 0)].config
+    assert len(v08) == 26 and len(v10) == 30
+    assert v08["reordering_alg"][0] == 0 and v08["host_nthreads"][0] == 14 and v08["nd_ubfactor"][0] == 25
+    assert v10["memory_optimization_setting"][0] == 29 and "downcast_factors" not in v08
+    assert C.PHASE["analysis"] == 3 and C.PHASE["factorization"] == 4 and C.PHASE["solve"] == 1008
+    assert C.DATA_PARAM["perm_reorder_row"][0] == 4 and C.DATA_PARAM["memory_estimates"][0] == 13
+    assert C.DATA_TYPE[np.dtype(np.complex128)] == 5 and C.DATA_TYPE[np.dtype(np.int64)] == 24
+    assert C.REORDERING["nested_dissection"] == 4 and C.PIVOT["local_block"] == 5
+
+
+def test_cudss_version_gate(caplog: pytest.LogCaptureFixture) -> None:
+    from ust.backends.cuda import cudss as C
+
+    assert C.abi_for((0, 8, 0)) is C.ABIS[(0, 8)]
+    assert C.abi_for((1, 0, 0)).has_jit_cache_dir
+    with pytest.raises(BackendUnavailableError, match=r"cuDSS 0\.7\.1 is too old.*0\.8, 1\.0"):
+        C.abi_for((0, 7, 1))
+    with caplog.at_level(logging.WARNING, logger="ust"):
+        assert C.abi_for((1, 2, 0)) is C.ABIS[(1, 0)]
+    assert "newer than the versions" in caplog.text
+    err = C.CudssError("cudssExecute(FACTORIZATION)", 2)
+    assert "CUDSS_STATUS_ALLOC_FAILED (2)" in str(err) and "hybrid_memory" in str(err) and err.status == 2
+    assert isinstance(err, UstError)

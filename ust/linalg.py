@@ -70,6 +70,14 @@ REORDERINGS = (
     "natural",
     "none",
 )
+MEMORY_ESTIMATE_FIELDS = (
+    "permanent_device_memory",
+    "peak_device_memory",
+    "permanent_host_memory",
+    "peak_host_memory",
+    "hybrid_min_device_memory",
+    "hybrid_max_device_memory",
+)
 SOLVE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
 
 
@@ -712,8 +720,9 @@ class DirectSolver(StatefulOperation):
                     f"cuDSS analysis reports info = {info}: the matrix is structurally singular"
                     f"{_structural_diagnosis(self._full_matrix())}"
                 )
-            row, col = e.get("perm_reorder_row"), e.get("perm_reorder_col")
-            estimates = e.memory_estimates()
+            row, col = _optional(e, "perm_reorder_row"), _optional(e, "perm_reorder_col")
+            est = _optional(e, "memory_estimates")
+            estimates = None if est is None else dict(zip(MEMORY_ESTIMATE_FIELDS, (int(v) for v in est)))
             ordering = ("saved plan" if from_saved else self.options.reordering) + " (cuDSS)"
         else:
             facts, secs = self._timed("analysis", lambda: self._superlu(lambda: e.analyze(self._user_perm)))

@@ -181,6 +181,26 @@ ABIS: dict[tuple[int, int], Abi] = {
 SUPPORTED = ", ".join(f"{a}.{b}" for a, b in ABIS)
 
 
+def abi_for(version: tuple[int, ...], extra: str = "cu13") -> Abi:
+    """The table for a cuDSS version: exact match, the newest table (with a warning) for newer releases."""
+    key = (version[0], version[1])
+    text = ".".join(str(v) for v in version)
+    if key in ABIS:
+        return ABIS[key]
+    if key > max(ABIS):
+        _log.warning(
+            "cuDSS %s is newer than the versions ust was checked with (%s); using the %d.%d tables",
+            text,
+            SUPPORTED,
+            *max(ABIS),
+        )
+        return ABIS[max(ABIS)]
+    raise BackendUnavailableError(
+        f"cuDSS {text} is too old (its C API differs); ust supports cuDSS {SUPPORTED}",
+        pip_command=f'pip install "nvidia-cudss-{extra}>=0.8"',
+    )
+
+
 class CudssError(UstError, RuntimeError):
     """A cuDSS call that returned a status other than SUCCESS."""
 
@@ -279,22 +299,7 @@ class CudssLibrary:
         self.lib = load_library("cudss", extra)
         self.fn = {name: declare(self.lib, name, _c_int, args) for name, args in _SIGNATURES.items()}
         self.version = tuple(self._property(k) for k in (0, 1, 2))
-        key = (self.version[0], self.version[1])
-        if key in ABIS:
-            self.abi = ABIS[key]
-        elif key > max(ABIS):
-            self.abi = ABIS[max(ABIS)]
-            _log.warning(
-                "cuDSS %s is newer than the versions ust was checked with (%s); using the %d.%d tables",
-                self.version_text,
-                SUPPORTED,
-                *max(ABIS),
-            )
-        else:
-            raise BackendUnavailableError(
-                f"cuDSS {self.version_text} is too old (its C API differs); ust supports cuDSS {SUPPORTED}",
-                pip_command=f'pip install "nvidia-cudss-{extra}>=0.8"',
-            )
+        self.abi = abi_for(self.version, extra)
         if self.abi.has_jit_cache_dir:
             self.fn["cudssSetJitCacheDir"] = declare(
                 self.lib, "cudssSetJitCacheDir", _c_int, [_c_void_p, ctypes.c_char_p]
