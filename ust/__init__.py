@@ -1,17 +1,23 @@
 """ust: a sparse tensor format compiler for Python.
 
 Formats are declared as text (``ust.format("(i, j) -> (i : dense, j : compressed)")``),
-tensors are stored in them, converted between them and computed on, on the CPU or the GPU.
-Importing ust loads no GPU package, no compiler and builds no parser.
+tensors are stored in them (``ust.asarray(scipy_matrix, format="DIA")``), converted between
+them and computed on, on the CPU or the GPU (``ust.matmul``, ``ust.solve``).  Importing ust
+loads no GPU package, no compiler and builds no parser; those load when a route needs them.
 """
 
 from __future__ import annotations
 
+from ust import formats
+from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats
+from ust.linalg import DirectSolver, solve
+from ust.ops_matmul import Matmul, matmul
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
     FormatError,
+    InvalidStateError,
     ShapeError,
     SingularMatrixError,
     SolverAccuracyError,
@@ -19,23 +25,32 @@ from ust.runtime.errors import (
     UstError,
     UstSyntaxError,
 )
+from ust.tensor import Tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError",
     "DeviceError",
+    "DirectSolver",
     "Format",
     "FormatError",
     "FormatTemplate",
+    "InvalidStateError",
+    "Matmul",
     "ShapeError",
     "SingularMatrixError",
     "SolverAccuracyError",
+    "Tensor",
     "UnsupportedError",
     "UstError",
     "UstSyntaxError",
     "__version__",
+    "asarray",
     "format",
+    "formats",
     "load_formats",
+    "matmul",
     "parse_formats",
+    "solve",
 ]

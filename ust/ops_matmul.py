@@ -36,7 +36,8 @@ _log = get_logger("ops.matmul")
 
 
 def _as_tensor(a: Any) -> Any:
-    from ust.tensor import Tensor, asarray
+    from ust.convert import asarray
+    from ust.tensor import Tensor
 
     return a if isinstance(a, Tensor) else asarray(a)
 
