@@ -487,6 +487,30 @@ def _optional(engine: Any, name: str) -> np.ndarray | None:
         return None
 
 
+def _cudss_config(o: DirectSolverOptions) -> dict[str, Any]:
+    """cuDSS configuration values for the options (names of ust.backends.cuda.cudss's table)."""
+    from ust.backends.cuda import cudss
+
+    lib = cudss.get_library()
+    _one_of("reordering (cuDSS)", o.reordering, tuple(cudss.REORDERING))
+    config: dict[str, Any] = {"reordering_alg": cudss.REORDERING[o.reordering]}
+    if o.pivoting != "auto":
+        config["pivot_type"] = cudss.PIVOT[o.pivoting]
+    if o.pivot_threshold is not None:
+        config["pivot_threshold"] = float(o.pivot_threshold)
+    if o.pivot_epsilon is not None:
+        config["pivot_epsilon"] = float(o.pivot_epsilon)
+    if o.refinement_steps:
+        config["ir_n_steps"] = int(o.refinement_steps)
+    if lib.threading_layer:
+        config["host_nthreads"] = int(o.host_threads or _host_threads())
+    if o.hybrid_memory:
+        config["hybrid_memory_mode"] = 1
+        if o.hybrid_device_memory_limit is not None:
+            config["hybrid_device_memory_limit"] = int(o.hybrid_device_memory_limit)
+    return config
+
+
 def _pattern_digest(c: _Csr) -> str:
     h = hashlib.sha256()
     for arr in (c.indptr, c.indices):
@@ -611,35 +635,12 @@ class DirectSolver(StatefulOperation):
 
         return stream_pointer(stream if stream is not None else current_stream("cupy", self.space.device_id))
 
-    def _cudss_config(self) -> dict[str, Any]:
-        from ust.backends.cuda import cudss
-
-        o = self.options
-        lib = cudss.get_library()
-        _one_of("reordering (cuDSS)", o.reordering, tuple(cudss.REORDERING))
-        config: dict[str, Any] = {"reordering_alg": cudss.REORDERING[o.reordering]}
-        if o.pivoting != "auto":
-            config["pivot_type"] = cudss.PIVOT[o.pivoting]
-        if o.pivot_threshold is not None:
-            config["pivot_threshold"] = float(o.pivot_threshold)
-        if o.pivot_epsilon is not None:
-            config["pivot_epsilon"] = float(o.pivot_epsilon)
-        if o.refinement_steps:
-            config["ir_n_steps"] = int(o.refinement_steps)
-        if lib.threading_layer:
-            config["host_nthreads"] = int(o.host_threads or _host_threads())
-        if o.hybrid_memory:
-            config["hybrid_memory_mode"] = 1
-            if o.hybrid_device_memory_limit is not None:
-                config["hybrid_device_memory_limit"] = int(o.hybrid_device_memory_limit)
-        return config
-
     def _make_engine(self) -> Any:
         o = self.options
         if self.space.is_cuda:
             from ust.backends.cuda.cudss import CudssFactorization, get_library
 
-            config = self._cudss_config()
+            config = _cudss_config(o)
             c = self._csr
             engine: Any = CudssFactorization(
                 c.indptr,
@@ -1025,8 +1026,116 @@ def solve(
     """
     opts = DirectSolverOptions.coerce(options, **option_fields)
     if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            raise ShapeError("a batch of matrices needs a sequence of right-hand sides of the same length")
-        return [solve(ai, bi, options=opts, execution=execution, stream=stream) for ai, bi in zip(a, b)]
+        return _solve_batch(list(a), b, opts, execution, stream)
     with DirectSolver(a, b, options=opts, execution=execution, stream=stream) as solver:
         return solver.execute()
+
+
+def _solve_batch(
+    mats: list[Any], rhss: Any, opts: DirectSolverOptions, execution: Any, stream: Any
+) -> list[Any]:
+    """A list of systems: one cuDSS batch on the GPU, one SuperLU factorisation after another on the CPU."""
+    if not isinstance(rhss, (list, tuple)) or len(mats) != len(rhss):
+        raise ShapeError("a batch of matrices needs a sequence of right-hand sides of the same length")
+    if not mats:
+        return []
+    named = {**{f"a[{i}]": m for i, m in enumerate(mats)}, **{f"b[{i}]": r for i, r in enumerate(rhss)}}
+    if execution is None:
+        resolve_space(named)  # operands on different devices: DeviceError naming each
+        _, space, why = _default_space(mats[0], rhss[0], None)
+    else:
+        space, why = resolve_space(named, execution), f"execution={execution!r}"
+    if not space.is_cuda:
+        return [solve(m, r, options=opts, execution="cpu") for m, r in zip(mats, rhss)]
+    _log.info("batch of %d systems on %s because %s", len(mats), space.describe(), why)
+    return _CudssBatch(mats, list(rhss), opts, space, stream).run()
+
+
+class _CudssBatch:
+    """Validate every member, then analyse, factorise and solve them in one cuDSS batch."""
+
+    def __init__(
+        self, mats: list[Any], rhss: list[Any], opts: DirectSolverOptions, space: ExecutionSpace, stream: Any
+    ):
+        from ust.backends.cuda.arrays import import_cupy
+        from ust.runtime.streams import current_stream, stream_pointer
+
+        self.cupy = import_cupy()
+        self.opts, self.space = opts, space
+        shapes = []
+        dtypes = []
+        for i, (m, r) in enumerate(zip(mats, rhss)):
+            shape = _sparse_shape(m)
+            if len(shape) != 2 or shape[0] != shape[1]:
+                raise ShapeError(f"batch member {i}: the matrix must be square; got shape {shape}")
+            info = _dense_rhs(r, shape[0])
+            shapes.append(info)
+            dtypes.append(_solve_dtype(_np_dtype(m), info[3]))
+        self.dtype = np.result_type(*dtypes)
+        self.rhs_info = shapes
+        self.members: list[_Csr] = []
+        self.fulls: list[Any] = []
+        self.bs: list[Any] = []
+        hermitian = opts.matrix_type in ("hermitian", "hpd")
+        for i, (m, r) in enumerate(zip(mats, rhss)):
+            c = _canonical(_to_cupyx_csr(m, space.device_id or 0, self.dtype), self.dtype, space)
+            if c.indptr.dtype != np.int32:
+                raise UnsupportedError(f"batch member {i} has more than 2^31 nonzeros; solve it on its own")
+            full = _full_matrix(c, opts.matrix_view, hermitian)
+            try:
+                if c.data.size and not bool(self.cupy.isfinite(c.data).all()):
+                    raise InvalidValueError("the matrix contains NaN or Inf values")
+                _check_nonsingular_structure(full, self.cupy)
+            except (InvalidValueError, SingularMatrixError) as exc:
+                raise type(exc)(f"batch member {i}: {exc}") from None
+            b2, _, _ = _rhs_in_space(r, space, self.dtype)
+            if not bool(self.cupy.isfinite(b2).all()):
+                raise InvalidValueError(f"batch member {i}: b contains NaN or Inf values")
+            self.members.append(c)
+            self.fulls.append(full)
+            self.bs.append(b2)
+        self.stream = stream_pointer(
+            stream if stream is not None else current_stream("cupy", space.device_id)
+        )
+
+    def run(self) -> list[Any]:
+        from ust.backends.cuda.cudss import CudssBatchFactorization
+
+        cp = self.cupy
+        o = self.opts
+        with cp.cuda.Device(self.space.device_id):
+            xs = [cp.empty(b.shape, dtype=self.dtype, order="F") for b in self.bs]
+            engine = CudssBatchFactorization(
+                [(c.indptr, c.indices, c.data) for c in self.members],
+                matrix_type=o.matrix_type,
+                matrix_view=o.matrix_view,
+                config=_cudss_config(o),
+                device_id=self.space.device_id or 0,
+                stream=self.stream,
+            )
+            try:
+                engine.set_rhs(self.bs, xs)
+                for phase in ("analysis", "factorization", "solve"):
+                    t0 = time.perf_counter()
+                    engine.execute(phase)
+                    cp.cuda.runtime.streamSynchronize(self.stream)
+                    _log.info("cudss batch %s took %.3f ms", phase, 1e3 * (time.perf_counter() - t0))
+                    info = engine.info()
+                    if info != 0:
+                        raise SingularMatrixError(
+                            f"cuDSS batch {phase} reports info = {info}: a member is singular"
+                        )
+            finally:
+                engine.free()
+        tol = o.tolerance(self.dtype)
+        out = []
+        for i, (full, x, b, (pkg, space, shape, _)) in enumerate(zip(self.fulls, xs, self.bs, self.rhs_info)):
+            if tol is not None:
+                be = backward_error(full, x, b, cp)
+                if not be <= tol:
+                    raise SolverAccuracyError(
+                        f"batch member {i}: backward error {be:.3e} is above the tolerance {tol:.1e} for {self.dtype}",
+                        backward_error=be,
+                    )
+            out.append(to_package(x.reshape(shape) if len(shape) == 1 else x, pkg, space).array)
+        return out

@@ -545,3 +545,117 @@ class CudssFactorization:
             self._config.value = None
         self._arrays = []
         self._rhs_refs = []
+
+
+class CudssBatchFactorization(CudssFactorization):
+    """A non-uniform batch of sparse systems solved by one set of cuDSS calls (``cudssMatrixCreateBatch*``).
+
+    ``members`` are ``(indptr, indices, data)`` CuPy arrays of square matrices (int32 offsets and
+    indices, one value dtype).  Sizes go to cuDSS in host arrays, the members' device pointers
+    in device arrays; all of them are kept alive here.
+    """
+
+    def __init__(
+        self,
+        members: list[tuple[Any, Any, Any]],
+        *,
+        matrix_type: str,
+        matrix_view: str,
+        config: dict[str, Any],
+        device_id: int,
+        stream: int,
+    ) -> None:
+        self.lib = get_library()
+        self.cupy = import_cupy()
+        cp = self.cupy
+        self.device_id, self.stream = device_id, stream
+        self.dtype = np.dtype(members[0][2].dtype)
+        self.n = 0  # per-member sizes differ; array data values are not read for batches
+        self.batch = len(members)
+        self._config, self._data = _c_void_p(), _c_void_p()
+        self._a, self._b, self._x = _c_void_p(), _c_void_p(), _c_void_p()
+        self._rhs_shape = None
+        self._rhs_refs = []
+        sizes = np.array([int(m[0].size) - 1 for m in members], dtype=np.int32)
+        nnz = np.array([int(m[1].size) for m in members], dtype=np.int32)
+        with cp.cuda.Device(device_id):
+            pointers = [
+                cp.asarray(np.array([_ptr(m[k]) for m in members], dtype=np.uint64)) for k in range(3)
+            ]
+            self._arrays = [members, sizes, nnz, pointers]
+            self.handle = get_handle(device_id)
+            self.lib.call("cudssConfigCreate", ctypes.byref(self._config))
+            self.lib.call("cudssDataCreate", self.handle, ctypes.byref(self._data))
+            for name, value in config.items():
+                self.lib.config_set(self._config.value or 0, name, value)
+            self.lib.call(
+                "cudssMatrixCreateBatchCsr",
+                ctypes.byref(self._a),
+                self.batch,
+                sizes.ctypes.data,
+                sizes.ctypes.data,
+                nnz.ctypes.data,
+                _ptr(pointers[0]),
+                None,
+                _ptr(pointers[1]),
+                _ptr(pointers[2]),
+                DATA_TYPE[np.dtype(np.int32)],
+                DATA_TYPE[np.dtype(np.int32)],
+                DATA_TYPE[self.dtype],
+                MATRIX_TYPE[matrix_type],
+                MATRIX_VIEW[matrix_view],
+                INDEX_BASE_ZERO,
+                what="batch CSR matrix",
+            )
+
+    def set_values(self, data: Any) -> None:
+        raise NotImplementedError("new values for a batch: create a new batch")
+
+    def info(self) -> int:
+        """The largest CUDSS_DATA_INFO over the batch (cuDSS may report one value or one per member)."""
+        out = np.zeros(self.batch, dtype=np.int32)
+        written = _c_size_t()
+        try:
+            self.lib.call(
+                "cudssDataGet",
+                self.handle,
+                self._data,
+                DATA_PARAM["info"][0],
+                out.ctypes.data,
+                out.nbytes,
+                ctypes.byref(written),
+                what="INFO",
+            )
+        except CudssError:  # a release that wants exactly one int
+            return super().info()
+        count = max(1, int(written.value) // 4)
+        return int(out[:count].max())
+
+    def set_rhs(self, b: Any, x: Any) -> None:
+        """``b`` and ``x``: lists of 2-D column-major CuPy arrays, one per member."""
+        cp = self.cupy
+        for m in (self._b, self._x):
+            if m.value:
+                self.lib.call("cudssMatrixDestroy", m)
+                m.value = None
+        rows = np.array([int(v.shape[0]) for v in b], dtype=np.int32)
+        cols = np.array([int(v.shape[1]) for v in b], dtype=np.int32)
+        refs: list[Any] = [b, x, rows, cols]
+        with cp.cuda.Device(self.device_id):
+            for m, arrays in ((self._b, b), (self._x, x)):
+                ptrs = cp.asarray(np.array([_ptr(v) for v in arrays], dtype=np.uint64))
+                refs.append(ptrs)
+                self.lib.call(
+                    "cudssMatrixCreateBatchDn",
+                    ctypes.byref(m),
+                    self.batch,
+                    rows.ctypes.data,
+                    cols.ctypes.data,
+                    rows.ctypes.data,
+                    _ptr(ptrs),
+                    DATA_TYPE[np.dtype(np.int32)],
+                    DATA_TYPE[self.dtype],
+                    LAYOUT_COL_MAJOR,
+                    what="batch dense matrix",
+                )
+        self._rhs_refs = refs
