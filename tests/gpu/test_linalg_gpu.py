@@ -287,3 +287,12 @@ def test_batch_list() -> None:
     bs = [rhs(60, None, seed=s) for s in range(3)]
     for a, b, x in zip(mats, bs, L.solve(mats, bs, execution="cuda")):
         assert_close(x, reference(a, b))
+
+
+def test_non_uniform_batch_of_cupy_operands() -> None:
+    mats = [general(n, seed=n) for n in (40, 60, 80)]
+    bs = [rhs(a.shape[0], k, seed=i) for i, (a, k) in enumerate(zip(mats, (None, 2, 1)))]
+    xs = L.solve([csp.csr_matrix(a) for a in mats], [cupy.asarray(b) for b in bs])
+    for a, b, x in zip(mats, bs, xs):
+        assert isinstance(x, cupy.ndarray)
+        assert_close(cupy.asnumpy(x), reference(a, b))
