@@ -191,6 +191,10 @@ class Matmul(StatefulOperation):
         self.alpha, self.beta = alpha, beta
         self._stream_arg = stream
         self.space = resolve_space({"a": a, "b": b, "c": c}, execution)
+        if self.space.is_cuda:
+            from ust.backends.cuda.arrays import require_device
+
+            require_device(self.space.device_id)
         self._b_package = operand_package(b)
         self._b_space = operand_space(b)
         self.a = _as_tensor(a)
@@ -305,13 +309,18 @@ class Matmul(StatefulOperation):
         timings: dict[str, float] = {}
         best: tuple[float, Any, Rule, Any] | None = None
         for rule in (self.decision.rule, *self.decision.alternatives):
-            for variant in self._variants(rule):
+            try:
+                variants = self._variants(rule)
+            except Exception as exc:  # a route that cannot run here is skipped, not fatal
+                _log.info("autotune: %s unavailable (%s)", rule.route, exc)
+                continue
+            for variant in variants:
                 try:
                     ex = self._build(rule, variant)
-                except Exception as exc:  # a candidate that cannot run here is skipped, not fatal
+                    t = self._time(ex, iterations)
+                except Exception as exc:
                     _log.info("autotune: %s/%s unavailable (%s)", rule.route, variant, exc)
                     continue
-                t = self._time(ex, iterations)
                 timings[f"{rule.route}:{variant}"] = t
                 if best is None or t < best[0]:
                     best = (t, ex, rule, variant)

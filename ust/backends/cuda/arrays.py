@@ -32,3 +32,16 @@ def gpu_available() -> bool:
         return int(cupy.cuda.runtime.getDeviceCount()) > 0
     except Exception:  # ImportError, or CUDA driver errors of any kind
         return False
+
+
+def require_device(device_id: int | None = None) -> ModuleType:
+    """CuPy, after checking a CUDA device answers; else a clear error before any work."""
+    from ust.runtime.errors import DeviceError
+
+    cupy = import_cupy()
+    if not gpu_available():
+        raise DeviceError("a GPU execution space was asked for, but CuPy sees no usable CUDA device")
+    count = int(cupy.cuda.runtime.getDeviceCount())
+    if device_id is not None and device_id >= count:
+        raise DeviceError(f"CUDA device {device_id} does not exist; this machine has {count} device(s)")
+    return cupy
