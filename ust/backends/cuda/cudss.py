@@ -367,7 +367,15 @@ def get_handle(device_id: int) -> int:
     with cupy.cuda.Device(device_id):
         lib.call("cudssCreate", ctypes.byref(handle))
         if lib.threading_layer:
-            lib.call("cudssSetThreadingLayer", handle, lib.threading_layer.encode(), what=lib.threading_layer)
+            try:
+                lib.call(
+                    "cudssSetThreadingLayer", handle, lib.threading_layer.encode(), what=lib.threading_layer
+                )
+            except CudssError as exc:  # e.g. libgomp missing: run on, single-threaded, and say so
+                _log.warning(
+                    "cuDSS could not load its threading layer (%s); plan() will use one host thread", exc
+                )
+                lib.threading_layer = None
         else:
             _log.warning(
                 "cuDSS's threading layer (libcudss_mtlayer_gomp.so) was not found beside %s: "
