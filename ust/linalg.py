@@ -487,11 +487,12 @@ def _optional(engine: Any, name: str) -> np.ndarray | None:
         return None
 
 
-def _cudss_config(o: DirectSolverOptions) -> dict[str, Any]:
+def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
     """cuDSS configuration values for the options (names of ust.backends.cuda.cudss's table)."""
     from ust.backends.cuda import cudss
 
     lib = cudss.get_library()
+    cudss.get_handle(device_id)  # creating the handle settles whether the threading layer loads
     _one_of("reordering (cuDSS)", o.reordering, tuple(cudss.REORDERING))
     config: dict[str, Any] = {"reordering_alg": cudss.REORDERING[o.reordering]}
     if o.pivoting != "auto":
@@ -640,7 +641,7 @@ class DirectSolver(StatefulOperation):
         if self.space.is_cuda:
             from ust.backends.cuda.cudss import CudssFactorization, get_library
 
-            config = _cudss_config(o)
+            config = _cudss_config(o, self.space.device_id or 0)
             c = self._csr
             engine: Any = CudssFactorization(
                 c.indptr,
@@ -1109,7 +1110,7 @@ class _CudssBatch:
                 [(c.indptr, c.indices, c.data) for c in self.members],
                 matrix_type=o.matrix_type,
                 matrix_view=o.matrix_view,
-                config=_cudss_config(o),
+                config=_cudss_config(o, self.space.device_id or 0),
                 device_id=self.space.device_id or 0,
                 stream=self.stream,
             )
