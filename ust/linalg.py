@@ -356,8 +356,9 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
     keep = cols <= rows if view == "lower" else cols >= rows
     strict = keep & (cols != rows)
     mirrored = c.data[strict].conj() if hermitian else c.data[strict]
-    r = xp.concatenate([rows[keep], cols[strict]])
-    k = xp.concatenate([cols[keep], rows[strict]])
+    idx = c.indices.dtype  # the matrix's own index width (int32 for cuDSS and cupyx)
+    r = xp.concatenate([rows[keep], cols[strict]]).astype(idx, copy=False)
+    k = xp.concatenate([cols[keep], rows[strict]]).astype(idx, copy=False)
     v = xp.concatenate([c.data[keep], mirrored])
     return sparse.coo_matrix((v, (r, k)), shape=(c.n, c.n)).tocsr()
 
