@@ -237,7 +237,7 @@ def _prelude(kernels: list[Kernel]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def emit_c(kernels: Kernel | list[Kernel], *, simd: bool = True) -> str:
+def emit_c(kernels: Kernel | list[Kernel], *, simd: bool = False) -> str:
     """C99 source defining one function per kernel (named ``kernel.name``)."""
     ks = [kernels] if isinstance(kernels, Kernel) else list(kernels)
     parts = [_prelude(ks)]

@@ -359,7 +359,7 @@ class KernelInfo:
 class _Gen:
     """Generates the statements of one plan (recursively, one step at a time)."""
 
-    def __init__(self, fmt: Format, op: str, layout: str, p: Plan) -> None:
+    def __init__(self, fmt: Format, op: str, layout: str, p: Plan, cols_inner: bool = False) -> None:
         self.fmt = fmt
         self.op = op
         self.layout = layout
@@ -370,7 +370,8 @@ class _Gen:
         self.nb = _first_nonbatch(fmt)
         self.cols = op == "mm"
         self.batch_dims = sorted(fmt.levels[k].expr.dims[0] for k in range(self.nb))
-        self.col_par = self.cols and p.acc_step == p.npar - 1
+        self.cols_inner = self.cols and cols_inner
+        self.col_par = self.cols and not self.cols_inner and p.acc_step == p.npar - 1
 
     # -- level facts -------------------------------------------------------------------------
     def _static_lo(self, k: int) -> bool:
@@ -433,10 +434,36 @@ class _Gen:
                     else:
                         lets.append(Let(name, val))
                         dims[new] = Var(name)
-                    if check:
+                    if check and new not in env.get("nocheck", ()):
                         cond = _and(cond, _in_range(dims[new], Var(f"D{new}")))
                     changed = True
         return lets, cond
+
+    def narrow(self, k: int, env: dict, lo: Expr, hi: Expr) -> tuple[Expr, Expr]:
+        """Bounds of a counted level that keep the dimension paired with it by an already
+        iterated diagonal inside the shape (DIA: column range ``max(0, o) .. min(n, m + o)``);
+        the paired dimension then needs no per-entry check."""
+        e = self.fmt.levels[k].expr
+        if not isinstance(e, Dim) or e.dim in env["dims"]:
+            return lo, hi
+        d = e.dim
+        for kd, v in env["lc"].items():
+            ed = self.fmt.levels[kd].expr
+            if not isinstance(ed, (Sub, Add)) or d not in ed.dims:
+                continue
+            other = ed.right if d == ed.left else ed.left
+            if other in env["dims"]:
+                continue
+            size = Var(f"D{other}")
+            if isinstance(ed, Sub) and d == ed.left:  # other = d - v
+                a, b = v, _add(v, size)
+            elif isinstance(ed, Sub):  # other = v + d
+                a, b = Bin("-", _c(0), v), _sub(size, v)
+            else:  # other = v - d
+                a, b = _add(_sub(v, size), _c(1)), _add(v, _c(1))
+            env["nocheck"] = frozenset({*env.get("nocheck", ()), other})
+            return Bin("max", lo, a), Bin("min", hi, b)
+        return lo, hi
 
     def level_coord(self, k: int, dims: dict[int, Expr]) -> Expr:
         e = self.fmt.levels[k].expr
@@ -523,9 +550,10 @@ class _Gen:
             )
             if not pre:
                 env["q"] = Var(ck)
-            body = self.after_bind(s, env, pre, wrap_cols)
             lo = self.lo(k)
-            loop = Loop(ck, lo, _add(lo, self.extent(k)), body, parallel=par, tag="rows" if par else "")
+            lo_e, hi_e = self.narrow(k, env, lo, _add(lo, self.extent(k)))
+            body = self.after_bind(s, env, pre, wrap_cols)
+            loop = Loop(ck, lo_e, hi_e, body, parallel=par, tag="rows" if par else "")
             return [self.mark_reduce(loop, env)]
         if f is LevelFormat.SINGLETON:
             env["lc"][k] = Var(f"c{k}")
@@ -599,6 +627,8 @@ class _Gen:
     def acc_region(self, s: int, env: dict, cols_outside: bool) -> list[Stmt]:
         """Accumulator, the contracting loops below, and the write of one output."""
         col: Expr | None = Var("col") if self.cols else None
+        if self.cols_inner:
+            return self.acc_region_inner(s, env)
         env = {**env, "acc": True, "reduce_here": self.plan.reduce_ok}
         inner = self.gen(s + 1, env)
         yi = self.y_index(env["dims"], col)
@@ -616,9 +646,31 @@ class _Gen:
             return [Loop("col", _c(0), Var("NC"), block(*region))]
         return region
 
+    def acc_region_inner(self, s: int, env: dict) -> list[Stmt]:
+        """SpMM with the column loop innermost: accumulate straight into the output row."""
+        env = {**env, "acc": False, "reduce_here": False}
+        inner = self.gen(s + 1, env)
+        if not self.plan.store:
+            return inner
+        yi = self.y_index(env["dims"], Var("col"))
+        init = If(
+            Bin("!=", Var("has_y0"), _c(0)),
+            block(Store("y", yi, Bin("*", Var("beta"), Load("y0", yi)))),
+            block(Store("y", yi, Const(0.0, "value"))),
+        )
+        return [Loop("col", _c(0), Var("NC"), block(init)), *inner]
+
     def leaf(self, env: dict) -> list[Stmt]:
         col: Expr | None = Var("col") if self.cols else None
         p = env["q"]
+        if self.cols_inner:
+            yi = self.y_index(env["dims"], Var("col"))
+            xv = Load("x", self.x_index(env["dims"], Var("col")))
+            write = Accumulate("y", yi, Bin("*", Var("a"), xv), atomic=self.plan.atomic)
+            return [
+                Let("a", Bin("*", Var("alpha"), self.load("val", p)), "value"),
+                Loop("col", _c(0), Var("NC"), block(write)),
+            ]
         xv = Load("x", self.x_index(env["dims"], col))
         return [Assign("acc", Bin("+", Var("acc"), Bin("*", self.load("val", p), xv)))]
 
@@ -682,8 +734,13 @@ def lower(
     value_dtype: str = "float64",
     index_dtype: str = "int32",
     itype: str = "int64",
+    cols: str = "outer",
 ) -> Kernel:
     """Lower ``op`` on a tensor stored in ``fmt`` to a :class:`~ust.codegen.ir.Kernel`.
+
+    ``cols`` (SpMM only): ``"outer"`` puts the column loop at the accumulator (one scalar sum
+    per output; one GPU thread per (row, column)), ``"inner"`` innermost, accumulating into
+    the output row (contiguous and vectorisable on the CPU for row-major operands).
 
     The kernel's scalar parameters: ``D{d}`` dimension sizes, ``NC`` dense columns, ``NB``
     batch members, ``NY`` output size, ``S{k}`` / ``L{k}`` level extent / lower bound,
@@ -701,7 +758,9 @@ def lower(
     p = plan(fmt, op, order)
     if op == "mv":
         layout = "row"
-    gen = _Gen(fmt, op, layout, p)
+    if cols not in ("outer", "inner"):
+        raise UnsupportedError(f"cols must be 'outer' or 'inner', got {cols!r}")
+    gen = _Gen(fmt, op, layout, p, cols_inner=cols == "inner")
     body = _keep_first_reduce(gen.run())
     init: Block | None = None
     if not p.store:
@@ -743,6 +802,8 @@ def lower(
         par_extents=tuple(par_extents),
     )
     name = kernel_name(fmt, op, layout, p.order, value_dtype, index_dtype, itype)
+    if gen.cols_inner:
+        name += "_ci"
     meta = tuple(sorted(vars(info).items()))
     return Kernel(name, params, body, init, value_dtype, index_dtype, itype, meta)
 

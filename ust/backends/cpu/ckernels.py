@@ -69,18 +69,39 @@ class CKernel:
         self.fn(*cargs)
 
 
+def default_cols(op: str, layout: str) -> str:
+    """Column loop placement on the CPU: innermost (contiguous) for row-major SpMM operands."""
+    return "inner" if op == "mm" and layout == "row" else "outer"
+
+
 def c_kernel(
-    fmt: Format, op: str, layout: str, order: str, value_dtype: str, index_dtype: str, itype: str
+    fmt: Format,
+    op: str,
+    layout: str,
+    order: str,
+    value_dtype: str,
+    index_dtype: str,
+    itype: str,
+    cols: str | None = None,
 ) -> CKernel:
     """The compiled kernel for a request (memoised in process, cached on disk)."""
-    key = ("c", fmt, op, layout if op == "mm" else "row", order, value_dtype, index_dtype, itype)
+    layout = layout if op == "mm" else "row"
+    cols = cols or default_cols(op, layout)
+    key = ("c", fmt, op, layout, order, value_dtype, index_dtype, itype, cols)
 
     def build() -> CKernel:
         from ust.codegen.compile_c import load_library
 
         t0 = time.perf_counter()
         k = lower(
-            fmt, op, layout=layout, order=order, value_dtype=value_dtype, index_dtype=index_dtype, itype=itype
+            fmt,
+            op,
+            layout=layout,
+            order=order,
+            value_dtype=value_dtype,
+            index_dtype=index_dtype,
+            itype=itype,
+            cols=cols,
         )
         lib = load_library(emit_c(k), name=k.name)
         fn = getattr(lib, k.name)
