@@ -551,9 +551,9 @@ class _Gen:
             if not pre:
                 env["q"] = Var(ck)
             lo = self.lo(k)
-            lo_e, hi_e = self.narrow(k, env, lo, _add(lo, self.extent(k)))
+            c_lo, c_hi = self.narrow(k, env, lo, _add(lo, self.extent(k)))
             body = self.after_bind(s, env, pre, wrap_cols)
-            loop = Loop(ck, lo_e, hi_e, body, parallel=par, tag="rows" if par else "")
+            loop = Loop(ck, c_lo, c_hi, body, parallel=par, tag="rows" if par else "")
             return [self.mark_reduce(loop, env)]
         if f is LevelFormat.SINGLETON:
             env["lc"][k] = Var(f"c{k}")
