@@ -385,7 +385,8 @@ def test_import_cupy_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_import_ust_loads_no_gpu_package() -> None:
     code = (
         "import sys, ust, ust.runtime.spaces, ust.runtime.stateful, ust.runtime.streams, ust.runtime.log, "
-        "ust.backends.cuda._lib, ust.backends.cuda.arrays\n"
+        "ust.backends.cuda._lib, ust.backends.cuda.arrays, ust.backends.cuda.cudss, ust.backends.cpu.superlu, "
+        "ust.linalg, ust._cli_solve\n"
         "bad = [m for m in ('cupy', 'cupyx', 'torch', 'cuda', 'numba') if m in sys.modules]\n"
         "print(','.join(bad))"
     )
