@@ -3,11 +3,16 @@ the cuBLASLt layout mapping against a NumPy emulation of cuBLASLt, saved plans, 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import logging
 import subprocess
 import sys
 import textwrap
+import time
+import types
+import typing
 
 import numpy as np
 import pytest
@@ -18,7 +23,7 @@ from ust import dense
 from ust.backends.cpu.dense import alloc_matrices
 from ust.backends.cuda import cublaslt as lt
 from ust.runtime.errors import InvalidStateError, ShapeError, UnsupportedError
-from ust.runtime.stateful import PlanFileError
+from ust.runtime.stateful import PlanFileError, decode_array
 
 RNG = np.random.default_rng(7)
 REAL = ("float16", "float32", "float64")
@@ -663,3 +668,260 @@ def test_import_loads_no_gpu_package():
     code = "import sys, ust, ust.dense; print(any(m.split('.')[0] in ('cupy', 'torch') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ------------------------------------------- the GPU glue against NumPy stand-ins for CuPy and cuBLASLt
+
+
+class FakeDeviceArray(np.ndarray):
+    """A NumPy array that CuPy code can take: ``.data.ptr`` and ``.device``, module named cupy."""
+
+    @property
+    def data(self):  # type: ignore[override]
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    @property
+    def device(self):
+        return types.SimpleNamespace(id=0)
+
+    def get(self):
+        return np.array(self.view(np.ndarray))
+
+
+FakeDeviceArray.__module__ = "cupy._core.core"
+
+
+def _fake_cupy():
+    def wrap(fn):
+        return lambda *a, **k: np.asarray(fn(*a, **k)).view(FakeDeviceArray)
+
+    class Event:
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    cuda = types.SimpleNamespace(
+        Device=lambda i=0: contextlib.nullcontext(),
+        get_current_stream=lambda: stream,
+        ExternalStream=lambda ptr: stream,
+        Event=Event,
+        get_elapsed_time=lambda a, b: 1e3 * (b.t - a.t) + 1e-3,
+        runtime=types.SimpleNamespace(
+            getDeviceProperties=lambda i: {"name": b"Stand-in GPU", "major": 9, "minor": 0}
+        ),
+    )
+    return types.SimpleNamespace(
+        __name__="cupy",
+        empty=wrap(np.empty),
+        ascontiguousarray=wrap(np.ascontiguousarray),
+        asarray=wrap(np.asarray),
+        cuda=cuda,
+    )
+
+
+class FakeCublasLt:
+    """cuBLASLt's C API in Python over raw host pointers: what the binding passes is what it computes."""
+
+    TYPES: typing.ClassVar = {0: np.float32, 1: np.float64, 2: np.float16, 4: np.complex64, 5: np.complex128}
+
+    def __init__(self):
+        self.objects = {}
+        self.calls = []
+
+    def _new(self, out, value):
+        key = len(self.objects) + 1000
+        self.objects[key] = value
+        out._obj.value = key
+        return 0
+
+    def api(self):
+        def set_attr(obj, attr, buf, size):
+            assert ctypes.sizeof(buf._obj) == size
+            self.objects[obj]["attrs"][attr] = buf._obj.value
+            return 0
+
+        def heuristic(h, desc, a, b, c, d, pref, count, results, returned):
+            for i in range(2):  # two candidates, as a heuristic returns several
+                results[i].algo.data[0] = 41 + i
+                results[i].workspaceSize = 64 * i
+                results[i].state = 0
+            returned._obj.value = 2
+            return 0
+
+        def check(h, desc, a, b, c, d, algo, result):
+            result._obj.workspaceSize = 0
+            return 0
+
+        return types.SimpleNamespace(
+            create=lambda out: self._new(out, "handle"),
+            destroy=lambda h: 0,
+            version=lambda: 130000,
+            desc_create=lambda out, compute, scale: self._new(
+                out, {"compute": compute, "scale": scale, "attrs": {}}
+            ),
+            desc_destroy=lambda d: 0,
+            desc_set=set_attr,
+            layout_create=lambda out, t, r, c, ld: self._new(
+                out, {"type": t, "shape": (r, c, ld), "attrs": {}}
+            ),
+            layout_destroy=lambda d: 0,
+            layout_set=set_attr,
+            pref_create=lambda out: self._new(out, {"attrs": {}}),
+            pref_destroy=lambda d: 0,
+            pref_set=set_attr,
+            heuristic=heuristic,
+            check=check,
+            matmul=self.matmul,
+        )
+
+    def _matrix(self, ptr, layout):
+        rows, cols, ld = layout["shape"]
+        count = layout["attrs"].get(lt._LAYOUT_BATCH_COUNT, 1)
+        stride = layout["attrs"].get(lt._LAYOUT_BATCH_OFFSET, 0)
+        assert layout["attrs"].get(lt._LAYOUT_ORDER) == lt.ORDER_COL and ld >= rows
+        dtype = np.dtype(self.TYPES[layout["type"]])
+        extent = (count - 1) * stride + (cols - 1) * ld + rows
+        flat = np.ndarray(
+            (extent,), dtype, buffer=(ctypes.c_char * (extent * dtype.itemsize)).from_address(ptr)
+        )
+        return as_strided(
+            flat, (count, rows, cols), (stride * dtype.itemsize, dtype.itemsize, ld * dtype.itemsize)
+        )
+
+    def _scalar(self, ptr, scale):
+        dtype = np.dtype(self.TYPES[scale])
+        return np.frombuffer((ctypes.c_char * dtype.itemsize).from_address(ptr), dtype)[0]
+
+    def matmul(self, h, desc, alpha, a, ad, b, bd, beta, c, cd, d, dd, algo, ws, ws_size, stream):
+        op = self.objects[desc]
+        attrs = op["attrs"]
+        self.calls.append(int(algo._obj.data[0]))
+        A, B = self._matrix(a, self.objects[ad]), self._matrix(b, self.objects[bd])
+        A = A.swapaxes(-1, -2) if attrs.get(lt._DESC_TRANSA, 0) == lt.OP_T else A
+        B = B.swapaxes(-1, -2) if attrs.get(lt._DESC_TRANSB, 0) == lt.OP_T else B
+        wide = np.complex128 if np.iscomplexobj(A) else np.float64
+        acc = self._scalar(alpha, op["scale"]) * np.matmul(A.astype(wide), B.astype(wide))
+        be = self._scalar(beta, op["scale"])
+        if be != 0:
+            acc = acc + be * self._matrix(c, self.objects[cd])
+        epilogue = attrs.get(lt._DESC_EPILOGUE, 1)
+        D = self._matrix(d, self.objects[dd])
+        if epilogue & 4:  # bias: one value per row of the column-major D
+            m, count = D.shape[1], D.shape[0]
+            bstride = attrs.get(lt._DESC_BIAS_BATCH_STRIDE, 0)
+            extent = (count - 1) * bstride + m
+            vec = np.frombuffer(
+                (ctypes.c_char * (extent * D.itemsize)).from_address(attrs[lt._DESC_BIAS_POINTER]), D.dtype
+            )
+            rows = np.arange(m)[None, :] + bstride * np.arange(count)[:, None]
+            acc = acc + vec[rows][:, :, None]
+        if epilogue & 2:
+            acc = np.maximum(acc, 0)
+        if epilogue & 32:
+            acc = gelu(acc)
+        D[...] = acc
+        return 0
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch):
+    """Route dense.* through the real GPU code path, with NumPy stand-ins for CuPy and cuBLASLt."""
+    fake_cp, fake_lt = _fake_cupy(), FakeCublasLt()
+    api = fake_lt.api()
+    monkeypatch.setitem(sys.modules, "cupy", fake_cp)
+    monkeypatch.setattr(lt, "_api", lambda: api)
+    monkeypatch.setattr(lt, "_handles", {})
+    monkeypatch.setattr(lt, "_heuristic_cache", {})
+    return fake_lt
+
+
+def dev(x, order="C"):
+    return in_order(np.asarray(x), order).view(FakeDeviceArray)
+
+
+@pytest.mark.parametrize("epilog", dense.EPILOGS)
+@pytest.mark.parametrize("layout", ["CC", "FC", "CF", "FF"])
+@pytest.mark.parametrize("bias_shape", [(6,), (2, 5, 1)])
+def test_gpu_route_with_stand_ins(stand_in_gpu, epilog, layout, bias_shape):
+    a, b, c = rand((2, 5, 4), "float32"), rand((2, 4, 6), "float32"), rand((2, 5, 6), "float32")
+    bias = rand(bias_shape, "float32") if "bias" in epilog else None
+    inputs = None if bias is None else {"bias": dev(bias)}
+    d = dense.matmul(
+        dev(a, layout[0]), dev(b, layout[1]), dev(c), alpha=1.5, beta=0.5, epilog=epilog, epilog_inputs=inputs
+    )
+    assert isinstance(d, FakeDeviceArray)
+    close(np.asarray(d), reference(a, b, c, 1.5, 0.5, epilog, bias), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "complex64", "complex128"])
+def test_gpu_route_dtypes_and_vectors_with_stand_ins(stand_in_gpu, dtype):
+    a, b = rand((7, 3), dtype), rand((3, 2), dtype)
+    close(np.asarray(dense.matmul(dev(a), dev(b), alpha=2)), reference(a, b, alpha=2), dtype)
+    v = rand((3,), dtype)
+    close(np.asarray(dense.matmul(dev(a), dev(v))), reference(a, v), dtype)
+    close(np.asarray(dense.matmul(dev(v), dev(b))), reference(v, b), dtype)
+
+
+def test_gpu_stateful_with_stand_ins(stand_in_gpu, tmp_path, caplog):
+    a, b, c = rand((3, 6, 4), "float64"), rand((4, 5), "float64"), rand((6, 5), "float64")
+    bias = rand((5,), "float64")
+    mm = dense.Matmul(dev(a), dev(b), dev(c), alpha=2, beta=1)
+    mm.plan(epilog="relu_bias", epilog_inputs={"bias": dev(bias)})
+    assert mm.route == "cublasLt"
+    times = mm.autotune(iterations=2)
+    assert len(times) == 2
+    close(np.asarray(mm.execute()), reference(a, b, c, 2, 1, "relu_bias", bias), "float64")
+    a2, bias2 = rand(a.shape, "float64"), rand((5,), "float64")
+    mm.reset_operands(a=dev(a2), beta=0.25, epilog_inputs={"bias": dev(bias2)})
+    close(np.asarray(mm.execute()), reference(a2, b, c, 2, 0.25, "relu_bias", bias2), "float64")
+    with caplog.at_level(
+        logging.INFO, logger="ust"
+    ):  # a strided new operand is copied into the planned layout
+        strided = dev(rand((3, 12, 4), "float64"))[:, ::2]
+        mm.reset_operands(a=strided)
+    assert any("copying it" in r.getMessage() for r in caplog.records)
+    close(
+        np.asarray(mm.execute()), reference(np.asarray(strided), b, c, 2, 0.25, "relu_bias", bias2), "float64"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ust"):  # column-major where the plan has row-major: copied
+        mm.reset_operands(a=dev(a2, "F"))
+    assert any("the plan has" in r.getMessage() for r in caplog.records)
+    close(np.asarray(mm.execute()), reference(a2, b, c, 2, 0.25, "relu_bias", bias2), "float64")
+    mm.reset_operands(a=strided)
+    mm.reset_operands_unchecked(b=dev(2 * b))
+    close(
+        np.asarray(mm.execute()),
+        reference(np.asarray(strided), 2 * b, c, 2, 0.25, "relu_bias", bias2),
+        "float64",
+    )
+    path = tmp_path / "mm.json"
+    mm.save_plan(path)
+    saved = json.loads(path.read_text())
+    assert saved["device"] == "cuda:0 Stand-in GPU sm_90" and saved["plan"]["route"] == "cublasLt"
+    mm.free()
+    stand_in_gpu.calls.clear()
+    with dense.Matmul(dev(a), dev(b), dev(c), alpha=2, beta=1) as mm2:
+        assert mm2.load_plan(path, epilog_inputs={"bias": dev(bias)}) is True
+        close(np.asarray(mm2.execute()), reference(a, b, c, 2, 1, "relu_bias", bias), "float64")
+    saved_algo = int(decode_array(saved["plan"]["algorithm"])[0])
+    assert saved_algo == 41 + int(np.argmin(times))  # autotune's choice survives resets
+    assert stand_in_gpu.calls == [saved_algo]  # the saved algorithm ran, no search
+
+
+def test_gpu_reset_to_a_layout_the_plan_cannot_take(stand_in_gpu):
+    padded = dev(rand((6, 7), "float32"))[:, :4]  # planned with ld 7
+    with dense.Matmul(padded, dev(rand((4, 3), "float32"))) as mm:
+        mm.plan()
+        with pytest.raises(ShapeError, match="plan was made for"):
+            mm.reset_operands(a=dev(rand((6, 4), "float32")))
+
+
+def test_gpu_execution_override_with_stand_ins(stand_in_gpu):
+    a, b = rand((4, 3), "float32"), rand((3, 2), "float32")
+    d = dense.matmul(a, b, execution="cuda")  # NumPy operands run on the (stand-in) GPU, come back NumPy
+    assert type(d) is np.ndarray
+    close(d, reference(a, b), "float32")

@@ -777,7 +777,17 @@ class GpuMatmul:
                 self.ops[name] = x
             else:
                 fitted = self._fit(name, x)
-                if self._view_of(name, fitted) != self.views[name]:
+                planned = self.views[name]
+                if fitted is not None and planned is not None and self._view_of(name, fitted) != planned:
+                    _log.info(
+                        "new operand %s has layout %s, the plan has %s; copying it (%d bytes)",
+                        name,
+                        self._view_of(name, fitted),
+                        planned,
+                        x.nbytes,
+                    )
+                    fitted = _copy_to(self.cp, fitted, planned[0])
+                if self._view_of(name, fitted) != planned:
                     raise ShapeError(
                         f"new operand {name} has strides {tuple(x.strides)}, but the plan was made for "
                         f"layout {self.views[name]}; create a new Matmul for it"
@@ -787,7 +797,13 @@ class GpuMatmul:
                     name, 1
                 ):
                     _log.info("new operand %s is less aligned than planned; re-running the heuristic", name)
+                    chosen = None if self.lt.algo is None else tuple(self.lt.algo.data)
                     self._search()
+                    keep = [i for i, (al, _) in enumerate(self.lt.candidates) if tuple(al.data) == chosen]
+                    if keep:  # the tuned algorithm still fits these pointers: keep it
+                        self.lt.choose(keep[0])
+                    else:
+                        _log.info("the chosen algorithm needs more alignment; using the heuristic's first")
             if name == "bias":
                 self.lt.set_bias(self._ptr("bias"))
 
