@@ -138,7 +138,9 @@ def test_exact_buffers_nm24() -> None:
 
 def test_storage_doc_examples() -> None:
     M = np.array([[1.0, 0, 2, 0], [0, 0, 3, 0], [4, 0, 0, 5]])
-    _assert_buffers(asarray(M, "CSR"), {"pos1": [0, 2, 3, 5], "crd1": [0, 2, 2, 0, 3], "values": [1, 2, 3, 4, 5]})
+    _assert_buffers(
+        asarray(M, "CSR"), {"pos1": [0, 2, 3, 5], "crd1": [0, 2, 2, 0, 3], "values": [1, 2, 3, 4, 5]}
+    )
     _assert_buffers(
         asarray(M, "COO"),
         {"pos0": [0, 5], "crd0": [0, 0, 1, 2, 2], "crd1": [0, 2, 2, 0, 3], "values": [1, 2, 3, 4, 5]},

@@ -20,7 +20,9 @@ COO_RAW = F.format("(i, j) -> (i : compressed(nonunique, nonordered), j : single
 
 
 def _snapshot(A: sp.sparray | sp.spmatrix) -> list[np.ndarray]:
-    names = {"coo": ("data", "row", "col"), "dia": ("data", "offsets")}.get(A.format, ("data", "indices", "indptr"))
+    names = {"coo": ("data", "row", "col"), "dia": ("data", "offsets")}.get(
+        A.format, ("data", "indices", "indptr")
+    )
     return [getattr(A, n).copy() for n in names]
 
 
@@ -48,7 +50,9 @@ def test_zero_copy_intake(kind: str, fmt: str) -> None:
         assert np.shares_memory(t.crd(0), A.row) and np.shares_memory(t.crd(1), A.col)
     else:
         assert np.shares_memory(t.crd(0), A.offsets)
-    assert t.index_dtype == (A.offsets.dtype if fmt == "dia" else (A.row if fmt == "coo" else A.indices).dtype)
+    assert t.index_dtype == (
+        A.offsets.dtype if fmt == "dia" else (A.row if fmt == "coo" else A.indices).dtype
+    )
     np.testing.assert_array_equal(t.todense(), M)
 
 

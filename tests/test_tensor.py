@@ -130,7 +130,9 @@ def test_bad_shape() -> None:
 
 def test_nonordered_label_accepts_unsorted() -> None:
     crd = np.array([2, 0, 2, 3, 0], np.int32)
-    t = Tensor((3, 4), "(i, j) -> (i : dense, j : compressed(nonordered))", DATA, pos={1: INDPTR}, crd={1: crd})
+    t = Tensor(
+        (3, 4), "(i, j) -> (i : dense, j : compressed(nonordered))", DATA, pos={1: INDPTR}, crd={1: crd}
+    )
     want = np.array([[2.0, 0, 1, 0], [0, 0, 3, 0], [5, 0, 0, 4]])
     np.testing.assert_array_equal(t.todense(), want)
     np.testing.assert_array_equal(t.convert("CSR").crd(1), [0, 2, 2, 0, 3])
