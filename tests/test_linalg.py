@@ -26,6 +26,13 @@ from ust.runtime.errors import (
     UstError,
 )
 
+
+@pytest.fixture(autouse=True)
+def _cpu_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These are the CPU tests: even on a machine with a GPU, operands without execution= stay on the CPU."""
+    monkeypatch.setattr("ust.backends.cuda.arrays.gpu_available", lambda: False)
+
+
 # ------------------------------------------------------------------ matrices
 
 
