@@ -47,6 +47,7 @@ class FormatTemplate:
         return self.instantiate(args if isinstance(args, tuple) else (args,))
 
     def instantiate(self, args: tuple[int, ...]) -> Format:
+        """The Format for these parameter values (cached: equal arguments give the same object)."""
         if len(args) != len(self.params):
             raise FormatError(
                 f"[template-arity] {self.name} takes {len(self.params)} parameters "

@@ -75,13 +75,16 @@ class LevelType:
 
     @property
     def stores_pos(self) -> bool:
+        """The level keeps a ``pos`` buffer (segment bounds per parent position)."""
         return self.format in STORES_POS
 
     @property
     def stores_crd(self) -> bool:
+        """The level keeps a ``crd`` buffer (one coordinate per stored entry)."""
         return self.format in STORES_CRD
 
     def to_text(self) -> str:
+        """The type as written in a map: ``compressed(nonunique)``, ``structured[2, 4]``."""
         if self.format is LevelFormat.STRUCTURED:
             return f"structured[{self.n}, {self.m}]"
         props = [
@@ -210,16 +213,22 @@ _Recipe = tuple[Any, ...]
 class Format:
     """A validated sparse storage format (build one with :func:`ust.format`)."""
 
+    #: Number of dimensions of the tensors stored in this format.
     ndim: int
+    #: The levels, outermost first.
     levels: tuple[Level, ...]
+    #: Dimension names as written (not part of equality).
     dim_names: tuple[str, ...] = field(default=(), compare=False)
+    #: Declaration name, e.g. ``"CSR"`` or ``"BSR[2, 3]"`` (not part of equality).
     name: str | None = field(default=None, compare=False)
+    #: Other MLIR attribute keys, e.g. ``(("posWidth", "32"),)`` (not part of equality).
     attributes: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     _inverse: tuple[tuple[int, _Recipe], ...] = field(default=(), compare=False, repr=False)
 
     # -- basic facts -------------------------------------------------------------------------
     @property
     def nlevels(self) -> int:
+        """Number of levels (more than ``ndim`` for blocked formats)."""
         return len(self.levels)
 
     @property
