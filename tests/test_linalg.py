@@ -456,7 +456,7 @@ def test_saved_plan_loads_in_a_fresh_process(tmp_path: object) -> None:
         "import numpy as np, scipy.sparse as sp, ust.linalg as L\n"
         "t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(9, 9))\n"
         "a = sp.csr_matrix(sp.kron(sp.eye(9), t) + sp.kron(t, sp.eye(9)))\n"
-        f"s = L.DirectSolver.load_plan({str(path)!r}, a, np.ones(81))\n"
+        f"s = L.DirectSolver.load_plan({str(path)!r}, a, np.ones(81), execution='cpu')\n"
         "print(s.plan().from_saved_plan, float(np.abs(a @ s.execute() - 1).max()) < 1e-10)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
