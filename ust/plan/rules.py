@@ -117,3 +117,106 @@ RULES: tuple[Rule, ...] = (
     Rule("ttv", "cpu", ANY, "generated-c", "tensor-times-vector on the last mode: a generated C kernel",
          when="compiler"),
 )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- sparse algebra (issue 8)
+# Binary ops describe their second operand in ``Problem.other`` (see ust.algebra.problem):
+# its format class text ("CSR", "BSR[2, 2]"), "DENSE", "SCALAR", or "" for unary ops.
+LIBRARY_GPU_DTYPES = FLOATS
+
+
+def _class_text(p: Problem) -> str:
+    return p.format_class + (f"[{', '.join(map(str, p.format_params))}]" if p.format_params else "")
+
+
+CONDITIONS.update(
+    {
+        # both operands canonical and of the same class (same block size): the library's fast path
+        "same_canonical_class": lambda p: p.canonical and getattr(p, "other", "") == _class_text(p),
+        # both operands are layouts SciPy stores (it converts a mixed pair itself)
+        "both_library": lambda p: getattr(p, "other", "").partition("[")[0] in LIBRARY_FORMATS_CPU,
+    }
+)
+
+
+# fmt: off
+def _algebra_rules() -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    for dev in ("cpu", "cuda"):
+        rules.append(Rule(
+            "transpose", dev, ANY, "relabel",
+            "transposing permutes dimensions: the same buffers under the permuted map ({fmt}.T), no data moved",
+            dtypes=ALL_VALUES))
+        rules.append(Rule(
+            "scale", dev, ANY, "values",
+            "scalar and sparse-times-dense products keep {fmt}'s structure: one pass over the stored values",
+            dtypes=ALL_VALUES))
+    rules += [
+        # ---- SpGEMM
+        Rule("spgemm", "cpu", LIBRARY_FORMATS_CPU, "scipy",
+             "SciPy's compiled SpGEMM takes {fmt} operands as they are (zero-copy views)",
+             when="both_library", dtypes=ALL_VALUES),
+        Rule("spgemm", "cpu", ANY, "convert-scipy",
+             "SciPy has no kernel for {fmt}: both operands converted to CSR once, then SciPy's SpGEMM",
+             convert_to="CSR", dtypes=ALL_VALUES),
+        Rule("spgemm", "cpu", ANY, "array-program",
+             "expand-sort-compress SpGEMM as a vectorised array program (memory grows with the products)",
+             dtypes=ALL_VALUES),
+        Rule("spgemm", "cuda", frozenset({"CSR"}), "cusparse",
+             "cuSPARSE generic SpGEMM multiplies canonical CSR x CSR with {dtype} values and 32-bit indices",
+             when="same_canonical_class", index_dtypes=frozenset({"int32"})),
+        Rule("spgemm", "cuda", ANY, "convert-cusparse",
+             "cuSPARSE SpGEMM takes CSR only: operands converted to CSR (int32 indices) once, then cuSPARSE",
+             convert_to="CSR"),
+        Rule("spgemm", "cuda", ANY, "array-program",
+             "no cuSPARSE SpGEMM for {dtype}: expand-sort-compress as a CuPy array program",
+             dtypes=ALL_VALUES),
+        # ---- SDDMM
+        Rule("sddmm", "cuda", frozenset({"CSR"}), "cusparse",
+             "cuSPARSE SDDMM samples A @ B on canonical CSR with {dtype} values, alpha/beta fused",
+             when="canonical"),
+        Rule("sddmm", "cuda", ANY, "generated-cuda",
+             "no library SDDMM for {fmt}: a generated kernel, one warp per stored entry, epilogue fused",
+             dtypes=frozenset({"float32", "float64"})),
+        Rule("sddmm", "cuda", ANY, "array-program",
+             "SDDMM as a CuPy array program (row gathers and a batched dot, in chunks)",
+             dtypes=ALL_VALUES),
+        Rule("sddmm", "cpu", ANY, "array-program",
+             "SDDMM as a NumPy array program on {fmt}'s stored positions (row gathers and a batched dot, in chunks)",
+             dtypes=ALL_VALUES),
+    ]
+    # ---- elementwise (union: add / subtract; intersection: multiply)
+    for op, how in (("add", "union"), ("multiply", "intersection")):
+        rules += [
+            Rule(op, "cpu", frozenset({"CSR", "CSC", "BSR"}), "scipy",
+                 f"SciPy's compiled {how} of two canonical {{fmt}} operands (zero-copy views)",
+                 when="same_canonical_class", dtypes=ALL_VALUES),
+            Rule(op, "cpu", ANY, "array-program",
+                 f"{how} co-iteration in {{fmt}}'s level order as a NumPy array program (merge by searchsorted)",
+                 dtypes=ALL_VALUES),
+        ]
+        if op == "add":
+            rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
+                              "cuSPARSE csrgeam2 (through CuPy) adds two canonical CSR operands",
+                              when="same_canonical_class"))
+        rules.append(Rule(op, "cuda", ANY, "array-program",
+                          f"{how} co-iteration in {{fmt}}'s level order as a CuPy array program",
+                          dtypes=ALL_VALUES))
+    # ---- reductions
+    for op in ("sum", "max", "min"):
+        rules += [
+            Rule(op, "cpu", LIBRARY_FORMATS_CPU, "scipy",
+                 f"SciPy's {op} on a zero-copy {{fmt}} view (implicit zeros counted as SciPy does)",
+                 dtypes=ALL_VALUES),
+            Rule(op, "cpu", ANY, "array-program",
+                 f"{op} as a NumPy array program over {{fmt}}'s entries (segmented reduction)",
+                 dtypes=ALL_VALUES),
+            Rule(op, "cuda", ANY, "array-program",
+                 f"{op} as a CuPy array program over {{fmt}}'s entries (segmented reduction)",
+                 dtypes=ALL_VALUES),
+        ]
+    return tuple(rules)
+# fmt: on
+
+
+RULES = (*RULES, *_algebra_rules())
