@@ -1010,6 +1010,14 @@ class DirectSolver(StatefulOperation):
         _log.info("plan() will reuse the reordering saved in %s", os.fspath(path))
         return solver
 
+    def __del__(self) -> None:
+        """Factors can be large: release them when the solver is dropped without free()."""
+        try:
+            if not self._freed:
+                self.free()
+        except Exception:  # half-constructed object, or interpreter shutdown
+            pass
+
     def __repr__(self) -> str:
         state = "freed" if self._freed else ", ".join(sorted(self._done)) or "specified"
         return f"<DirectSolver n={self.n} dtype={self.dtype} on {self.space} via {self.backend}: {state}>"
