@@ -501,8 +501,11 @@ class Matmul(StatefulOperation):
             order=choose_d_order(self._bias_kind, ops["c"]),
         )
 
-    def autotune(self, iterations: int = 10, *, stream: Any = None) -> list[float] | None:
-        """GPU: time each candidate algorithm ``iterations`` times on the real operands, keep the fastest.
+    def autotune(
+        self, iterations: int = 10, *, algorithms: int = 32, stream: Any = None
+    ) -> list[float] | None:
+        """GPU: ask cuBLASLt's heuristic for up to ``algorithms`` candidates, time each ``iterations``
+        times on the real operands, keep the fastest.
 
         Returns the milliseconds per call of every candidate (None on the CPU: one route, nothing to tune).
         """
@@ -511,7 +514,9 @@ class Matmul(StatefulOperation):
             raise UnsupportedError(f"iterations must be >= 1, not {iterations}")
         times = None
         if self._place.space.is_cuda:
-            times = self._runner.autotune(self._alpha, self._beta, self._place.stream(stream), iterations)
+            times = self._runner.autotune(
+                self._alpha, self._beta, self._place.stream(stream), iterations, algorithms
+            )
         else:
             _log.info("autotune: the CPU route (%s) has no algorithm choice", self._runner.route)
         self._mark("autotune")

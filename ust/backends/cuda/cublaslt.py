@@ -734,12 +734,13 @@ class GpuMatmul:
                 tf32=tf32,
             )
             self.lt = LtMatmul(self.problem, device_id, bias_ptr=self._ptr("bias"))
+            self.workspace: Any = None
             if algorithm is not None:
                 self.planned_alignments = self._alignments()
                 self.lt.use_algorithm(algorithm)
+                self.workspace = cupy.empty(self.lt.workspace_size, dtype=np.uint8)
             else:
                 self._search()
-            self.workspace = cupy.empty(max(ws for _, ws in self.lt.candidates), dtype=np.uint8)
         _log.info(
             "cuBLASLt plan: %s, m=%d n=%d k=%d, batch %d, D %s-major, epilogue %s, compute type %s",
             self.dtype,
@@ -823,21 +824,26 @@ class GpuMatmul:
         """The NumPy operand passed as cuBLASLt's A (B when D is row-major, computed transposed)."""
         return "a" if self.d_order == "F" else "b"
 
-    def _search(self) -> None:
+    def _search(self, count: int | None = None) -> None:
+        """Ask the heuristic (``count`` candidates, default max_algorithms), through a per-process cache."""
+        count = count or self.max_algorithms
         aligns = self._alignments()
         first, second = ("a", "b") if self.problem_first() == "a" else ("b", "a")
         hint = {"a": aligns[first], "b": aligns[second], "c": aligns.get("c", 256), "d": 256}
         self.planned_alignments = aligns
-        key = (self.problem, tuple(sorted(aligns.items())), self.workspace_limit, self.device_id)
+        key = (self.problem, tuple(sorted(aligns.items())), self.workspace_limit, self.device_id, count)
         cached = _heuristic_cache.get(key)
         if cached is not None:
             self.lt.candidates = list(cached)
             self.lt.choose(0)
-            return
-        self.lt.search(workspace_limit=self.workspace_limit, alignments=hint, count=self.max_algorithms)
-        if len(_heuristic_cache) >= _HEURISTIC_CACHE_SIZE:
-            _heuristic_cache.pop(next(iter(_heuristic_cache)))
-        _heuristic_cache[key] = list(self.lt.candidates)
+        else:
+            self.lt.search(workspace_limit=self.workspace_limit, alignments=hint, count=count)
+            if len(_heuristic_cache) >= _HEURISTIC_CACHE_SIZE:
+                _heuristic_cache.pop(next(iter(_heuristic_cache)))
+            _heuristic_cache[key] = list(self.lt.candidates)
+        needed = max(ws for _, ws in self.lt.candidates)
+        if getattr(self, "workspace", None) is None or self.workspace.nbytes < needed:
+            self.workspace = self.cp.empty(needed, dtype=np.uint8)
 
     # ----------------------------------------------------------------------------------- running
 
@@ -881,11 +887,18 @@ class GpuMatmul:
             )
         return d
 
-    def autotune(self, alpha: Any, beta: Any, stream: int, iterations: int = 10) -> list[float]:
-        """Time every candidate on the bound operands; keep the fastest.  Returns ms per candidate."""
+    def autotune(
+        self, alpha: Any, beta: Any, stream: int, iterations: int = 10, algorithms: int | None = None
+    ) -> list[float]:
+        """Time up to ``algorithms`` heuristic candidates on the bound operands; keep the fastest.
+
+        Returns the milliseconds per call of each candidate (inf for one that fails here).
+        """
         cp = self.cp
         times: list[float] = []
         with cp.cuda.Device(self.device_id):
+            if algorithms and algorithms > len(self.lt.candidates):
+                self._search(algorithms)
             d = self._alloc_d()
             s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
             for i in range(len(self.lt.candidates)):
