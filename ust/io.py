@@ -489,14 +489,21 @@ def save(path: str | Path, tensor: Tensor, *, compress: bool = False) -> None:
         bs["custom"] = _custom_descriptor(fmt)
     descriptor = {
         "binsparse": bs,
-        "ust": {"format": fmt.to_text(), "name": fmt.standard_name, "version": __version__},
+        "ust": {
+            "format": fmt.to_text(),
+            "name": fmt.standard_name,
+            "index_dtype": tensor.index_dtype.name,
+            "version": __version__,
+        },
     }
     _write_container(p, descriptor, arrays, compress)
     log.info("saved %s (%s, %s) to %s", tensor.shape, bs["format"], fmt.standard_name or "custom", p)
 
 
 def _check_version(v: Any, path: Path) -> None:
-    m = re.fullmatch(r"(\d+)\.(\d+)", str(v)) if isinstance(v, str) else None
+    m = (
+        re.fullmatch(r"(\d+)\.(\d+)(\.\d+)?", v) if isinstance(v, str) else None
+    )  # "0.1" (spec), "0.1.0" (semver)
     if m is None or int(m.group(1)) != 0:
         raise FormatError(
             f"{path}: unsupported Binsparse version {v!r}; ust reads version 0.x (writes {BINSPARSE_VERSION})",
@@ -504,12 +511,15 @@ def _check_version(v: Any, path: Path) -> None:
         )
 
 
-def _index_dtype(arrays: list[np.ndarray], requested: Any) -> np.dtype:
+def _index_dtype(arrays: list[np.ndarray], requested: Any, hint: Any) -> np.dtype | None:
+    """The tensor's index dtype: asked for, else the arrays' own (int32 or int64), else ust's
+    record of it (tensors without index arrays), else None (the Tensor's default)."""
     if requested is not None:
         return np.dtype(requested)
-    if all(a.dtype == np.int32 for a in arrays) or all(a.dtype == np.int64 for a in arrays):
-        return np.dtype(arrays[0].dtype) if arrays else np.dtype(np.int32)
-    return np.dtype(np.int64)
+    if arrays:
+        kinds = {a.dtype for a in arrays}
+        return np.dtype(np.int32) if kinds == {np.dtype(np.int32)} else np.dtype(np.int64)
+    return np.dtype(hint) if hint in ("int32", "int64") else None
 
 
 def _as_index(a: np.ndarray, itype: np.dtype, name: str, base: int) -> np.ndarray:
@@ -585,11 +595,12 @@ def load(
     if values.size != nse:
         raise ShapeError(f"{p}: 'values' has {values.size} elements but number_of_stored_values is {nse}")
     raw = {key: _decode(data_types[name], get(name), name, None) for key, name in names.items()}  # type: ignore[arg-type]
-    itype = _index_dtype(list(raw.values()), index_dtype)
+    extra: Mapping[str, Any] = doc["ust"] if isinstance(doc.get("ust"), Mapping) else {}
+    itype = _index_dtype(list(raw.values()), index_dtype, extra.get("index_dtype"))
     base = bs.get("index_base", 0)
     if base not in (0, 1):
         raise FormatError(f"{p}: index_base must be 0 or 1, got {base!r}", rule="binsparse")
-    idx = {key: _as_index(a, itype, names[key], base) for key, a in raw.items()}
+    idx = {key: _as_index(a, itype, names[key], base) for key, a in raw.items()}  # type: ignore[arg-type]
     pos: list[Any] = [idx.get(("pos", k)) for k in range(fmt.nlevels)]
     crd: list[Any] = [idx.get(("crd", k)) for k in range(fmt.nlevels)]
     if fmt.nlevels and fmt.levels[0].format is LevelFormat.COMPRESSED:
@@ -607,27 +618,25 @@ def load(
 
 def _descriptor_format(doc: Mapping[str, Any], bs: Mapping[str, Any], ndim: int, p: Path) -> Format:
     name = bs["format"]
+    key = _ALIASES.get(name, name) if isinstance(name, str) else None
+    if key not in _PREDEFINED and key != "custom":
+        known = ", ".join([*_PREDEFINED, *_ALIASES, "custom"])
+        raise UnsupportedError(f"{p}: unknown Binsparse format {name!r}; known: {known}")
     extra = doc.get("ust") if isinstance(doc.get("ust"), Mapping) else None
     if extra is not None and isinstance(extra.get("format"), str):
-        fmt = resolve(extra["format"])
-        if isinstance(name, str) and _ALIASES.get(name, name) in _PREDEFINED:
-            std = resolve(_PREDEFINED[_ALIASES.get(name, name)])
-            if std != fmt:
-                raise FormatError(
-                    f"{p}: Binsparse format {name} disagrees with ust format {fmt.to_text()}",
-                    rule="binsparse",
-                )
-    elif name == "custom":
+        fmt = resolve(extra["format"])  # ust's own record: the exact Format
+        if key in _PREDEFINED and resolve(_PREDEFINED[key]) != fmt:
+            raise FormatError(
+                f"{p}: Binsparse format {name} disagrees with ust format {fmt.to_text()}", rule="binsparse"
+            )
+    elif key == "custom":
         if "custom" not in bs:
             raise FormatError(
                 f"{p}: format is 'custom' but the descriptor has no 'custom' entry", rule="binsparse"
             )
         fmt = _format_from_custom(bs["custom"], ndim)
-    elif isinstance(name, str) and _ALIASES.get(name, name) in _PREDEFINED:
-        fmt = resolve(_PREDEFINED[_ALIASES.get(name, name)])
     else:
-        known = ", ".join([*_PREDEFINED, *_ALIASES, "custom"])
-        raise UnsupportedError(f"{p}: unknown Binsparse format {name!r}; known: {known}")
+        fmt = resolve(_PREDEFINED[key])  # type: ignore[index]
     if fmt.ndim != ndim:
         raise ShapeError(f"{p}: format {name} has {fmt.ndim} dimensions but the shape has {ndim}")
     return fmt
