@@ -7,9 +7,8 @@ sit behind the same phases -- ``plan()`` (analysis: reordering, symbolic factori
 changes values or right-hand sides pays only for what changed.
 
 Where it runs: ``execution="cpu" | "cuda" | "cuda:N"`` decides when given.  Otherwise CuPy /
-torch-CUDA operands run on their GPU, and NumPy / SciPy operands run on GPU 0 when a GPU and
-cuDSS are available (a direct solve is where the GPU pays off most) and on the CPU when not; the
-log says which and why.  The solution comes back in the package, memory space and shape of
+torch-CUDA operands run on their GPU, and NumPy / SciPy operands run on the CPU, as everywhere
+in ust (pass ``execution="cuda"`` to move them to cuDSS); the log says which and why.  The solution comes back in the package, memory space and shape of
 ``b``.
 
 Every solution is checked (``options.check``): the normwise backward error
@@ -463,18 +462,7 @@ def _default_space(a: Any, b: Any, execution: Any) -> tuple[ExecutionSpace, Exec
         return ops, space, f"execution={execution!r}"
     if ops.is_cuda:
         return ops, ops, "the operands are in GPU memory"
-    from ust.backends.cuda.arrays import gpu_available
-
-    if not gpu_available():
-        return ops, CPU, "no GPU is available"
-    try:
-        from ust.backends.cuda.cudss import get_library
-
-        get_library()
-    except BackendUnavailableError as exc:
-        _log.info("cuDSS is not available (%s)", exc)
-        return ops, CPU, "cuDSS is not available"
-    return ops, ExecutionSpace("cuda", 0), "a GPU and cuDSS are available (pass execution='cpu' for SuperLU)"
+    return ops, CPU, "the operands are in CPU memory (pass execution='cuda' to solve with cuDSS)"
 
 
 def _optional(engine: Any, name: str) -> np.ndarray | None:
