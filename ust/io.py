@@ -636,7 +636,7 @@ def _descriptor_format(doc: Mapping[str, Any], bs: Mapping[str, Any], ndim: int,
             )
         fmt = _format_from_custom(bs["custom"], ndim)
     else:
-        fmt = resolve(_PREDEFINED[key])  # type: ignore[index]
+        fmt = resolve(_PREDEFINED[key])
     if fmt.ndim != ndim:
         raise ShapeError(f"{p}: format {name} has {fmt.ndim} dimensions but the shape has {ndim}")
     return fmt
