@@ -11,13 +11,14 @@ from __future__ import annotations
 from ust import formats
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats
-from ust.linalg import DirectSolver, solve
+from ust.linalg import DirectSolver, DirectSolverOptions, solve
 from ust.ops_matmul import Matmul, matmul
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
     FormatError,
     InvalidStateError,
+    InvalidValueError,
     ShapeError,
     SingularMatrixError,
     SolverAccuracyError,
@@ -33,10 +34,12 @@ __all__ = [
     "BackendUnavailableError",
     "DeviceError",
     "DirectSolver",
+    "DirectSolverOptions",
     "Format",
     "FormatError",
     "FormatTemplate",
     "InvalidStateError",
+    "InvalidValueError",
     "Matmul",
     "ShapeError",
     "SingularMatrixError",

@@ -28,7 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--rhs", help="right-hand side(s) B: .mtx or .npy (default: A @ ones, whose solution is ones)"
     )
     p.add_argument("--format", help="store A in this ust format first (e.g. CSR, 'BSR[2,2]', or DSL text)")
-    p.add_argument("--execution", help="cpu, cuda or cuda:N (default: the GPU when cuDSS is available)")
+    p.add_argument(
+        "--execution",
+        help="cpu, cuda or cuda:N (default: where the operands are, i.e. the CPU for a .mtx file)",
+    )
     p.add_argument("--matrix-type", default="general", choices=MATRIX_TYPES)
     p.add_argument("--matrix-view", default="full", choices=MATRIX_VIEWS)
     p.add_argument("--reordering", default="default", choices=REORDERINGS)

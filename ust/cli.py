@@ -92,12 +92,30 @@ def _run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_solve(p: argparse.ArgumentParser) -> None:
+    from ust._cli_solve import configure
+
+    configure(p)
+
+
+def _run_solve(args: argparse.Namespace) -> int:
+    from ust._cli_solve import solve_command
+
+    return solve_command(args)
+
+
 _COMMANDS: dict[str, _Command] = {
     "check": _Command(
         "parse and validate format declarations, print their canonical text and levels",
         "ust check formats.ust",
         _configure_check,
         _run_check,
+    ),
+    "solve": _Command(
+        "solve A x = b with cuDSS on the GPU or SuperLU on the CPU, printing each phase's time and the residual",
+        "ust solve A.mtx --rhs b.mtx --execution cuda",
+        _configure_solve,
+        _run_solve,
     ),
     "info": _Command(
         "versions, devices, and which routes are available (and, for each missing one, why and which extra installs it)",
