@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ust import formats
 from ust.convert import asarray
-from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats
+from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
 from ust.linalg import DirectSolver, DirectSolverOptions, solve
 from ust.ops_matmul import Matmul, matmul
 from ust.runtime.errors import (

@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ust.runtime.errors import (
-    BackendUnavailableError,
     DeviceError,
     InvalidStateError,
     InvalidValueError,
