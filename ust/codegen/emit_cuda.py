@@ -113,7 +113,9 @@ def _expr(e: Expr, vt: str, parent: int = 0) -> str:
         return f"{e.op}{_expr(e.a, vt, 10)}"
     if isinstance(e, Bin):
         if e.op in ("min", "max"):
-            return f"{e.op}({_expr(e.a, vt)}, {_expr(e.b, vt)})"
+            cmp = "<" if e.op == "min" else ">"
+            x, y = _expr(e.a, vt), _expr(e.b, vt)
+            return f"(({x}) {cmp} ({y}) ? ({x}) : ({y}))"
         prec = BIN_OPS[e.op]
         op = "/" if e.op == "//" else e.op
         text = f"{_expr(e.a, vt, prec)} {op} {_expr(e.b, vt, prec + 1)}"

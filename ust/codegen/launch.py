@@ -20,7 +20,7 @@ import numpy as np
 from ust.codegen.ir import Kernel
 from ust.codegen.lower import VALUE_DTYPES
 from ust.formats.model import Format, LevelFormat
-from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
 
 __all__ = ["Launch", "array_layout", "choose_itype", "prepare", "result_dtype"]
 
@@ -159,6 +159,10 @@ def prepare(
     xp = _xp_of(a.values)
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = xp.asarray(x)
+    for name, arr in (("x", x), ("c", c), ("out", out)):
+        if arr is not None and _xp_of(arr) is not xp:
+            where = "GPU (CuPy)" if xp is not np else "host (NumPy)"
+            raise DeviceError(f"{name} is not in the same memory as A (A's buffers are {where} arrays)")
     xshape = tuple(int(s) for s in x.shape)
     op, ncols = operand_shape(fmt, shape, xshape)
     out_shape = shape[:-1] + ((ncols,) if op == "mm" else ())

@@ -34,6 +34,7 @@ atomic accumulation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -725,6 +726,7 @@ def _all_params(fmt: Format, value_dtype: str, index_dtype: str) -> list[Param]:
     return ps
 
 
+@functools.lru_cache(maxsize=2048)
 def lower(
     fmt: Format,
     op: str = "mv",

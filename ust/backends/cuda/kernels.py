@@ -1,0 +1,237 @@
+"""Generated CUDA kernels: NVRTC compile (cubin cached on disk), CuPy load, launch.
+
+The first request for a (format, op, layout, order, dtypes, threads-per-row, architecture)
+lowers the op, emits CUDA, compiles it with NVRTC through ctypes (the same call and options
+CI uses, :mod:`ust.backends.cuda.nvrtc`), stores the cubin in ust's artefact cache and loads
+it with ``cupy.RawModule(path=...)``.  Where ust's own NVRTC binding cannot find the library,
+or the cubin does not load on this driver, ``cupy.RawModule(code=..., options=...)`` (CuPy's
+NVRTC and cache) is used instead.  Later requests are an in-process dict look-up.
+CuPy is imported only inside these functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ust.codegen.cache import ArtifactCache, Memo, content_key
+from ust.codegen.emit_cuda import (
+    BLOCK,
+    NVRTC_OPTIONS,
+    cuda_kernel_name,
+    emit_cuda,
+    init_params,
+    supports_group,
+)
+from ust.codegen.ir import Kernel
+from ust.codegen.launch import Launch, array_layout, kernel_scalar, prepare
+from ust.codegen.lower import kernel_info, lower
+from ust.formats.model import Format
+from ust.runtime.errors import BackendUnavailableError, DeviceError
+
+__all__ = ["CudaKernel", "cuda_kernel", "matmul_cuda", "nvrtc_options", "run_launch_cuda"]
+
+_log = logging.getLogger("ust.backends.cuda.kernels")
+_log.addHandler(logging.NullHandler())
+_memo = Memo()
+_MAX_GRID_X = 1 << 22
+_MAX_GRID_Y = 65535
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        raise BackendUnavailableError(
+            f"CuPy is needed for generated CUDA kernels ({exc})", pip_command="pip install cupy-cuda13x"
+        ) from exc
+    return cupy
+
+
+def nvrtc_options(arch: str) -> tuple[str, ...]:
+    """The NVRTC options of a run-time compile for compute capability ``arch`` (e.g. "90")."""
+    return (*NVRTC_OPTIONS, f"--gpu-architecture=sm_{arch}")
+
+
+class CudaKernel:
+    """A loaded generated kernel (and its init kernel) with timing facts."""
+
+    def __init__(self, kernel: Kernel, group: int, module: Any, seconds: float, how: str) -> None:
+        self.kernel = kernel
+        self.group = group
+        self.module = module
+        self.name = cuda_kernel_name(kernel, group)
+        self.main = module.get_function(self.name)
+        self.init = module.get_function(self.name + "_init") if kernel.init is not None else None
+        self.load_seconds = seconds
+        self.how = how  # "compiled", "cache", "cupy"
+
+
+def _load_module(source: str, arch: str, name: str) -> tuple[Any, str]:
+    cp = _cupy()
+    try:
+        from ust.backends.cuda.nvrtc import compile_cuda, nvrtc_version
+
+        opts = nvrtc_options(arch)
+        key = content_key(source, "nvrtc", repr(nvrtc_version()), opts)
+        path, built = ArtifactCache("cuda").get_or_build(
+            key, ".cubin", lambda: compile_cuda(source, opts, name=f"{name}.cu")
+        )
+        mod = cp.RawModule(path=str(path))
+        mod.get_function(name)  # loads the module now: a driver that rejects the cubin fails here
+        return mod, "compiled" if built else "cache"
+    except BackendUnavailableError as exc:
+        _log.info("ust's NVRTC binding is unavailable (%s); compiling through CuPy", exc)
+    except cp.cuda.driver.CUDADriverError as exc:
+        _log.warning("the driver rejected the NVRTC cubin (%s); compiling through CuPy instead", exc)
+    return cp.RawModule(code=source, options=NVRTC_OPTIONS), "cupy"
+
+
+def _arch(device_id: int) -> str:
+    cp = _cupy()
+    return str(cp.cuda.Device(device_id).compute_capability)
+
+
+def cuda_kernel(
+    fmt: Format,
+    op: str,
+    layout: str,
+    order: str,
+    value_dtype: str,
+    index_dtype: str,
+    itype: str,
+    group: int = 1,
+    device_id: int | None = None,
+) -> CudaKernel:
+    """The loaded kernel for a request (memoised per device architecture)."""
+    cp = _cupy()
+    dev = cp.cuda.Device().id if device_id is None else device_id
+    layout = layout if op == "mm" else "row"
+    key = ("cuda", fmt, op, layout, order, value_dtype, index_dtype, itype, group, dev)
+
+    def build() -> CudaKernel:
+        t0 = time.perf_counter()
+        k = lower(
+            fmt, op, layout=layout, order=order, value_dtype=value_dtype, index_dtype=index_dtype, itype=itype
+        )
+        g = group if supports_group(k) else 1
+        src = emit_cuda(k, group=g)
+        with cp.cuda.Device(dev):
+            mod, how = _load_module(src, _arch(dev), cuda_kernel_name(k, g))
+            ck = CudaKernel(k, g, mod, time.perf_counter() - t0, how)
+        _log.info("CUDA kernel %s: %s in %.1f ms", ck.name, how, 1e3 * ck.load_seconds)
+        return ck
+
+    return _memo.get(key, build)
+
+
+def _empty(cp: Any, shape: tuple[int, ...], dtype: str, layout: str) -> Any:
+    if layout == "col" and len(shape) >= 2:
+        return cp.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype).swapaxes(-1, -2)
+    return cp.empty(shape, dtype=dtype)
+
+
+def _extent(fmt: Format, launch: Launch, kind: str, arg: int) -> int:
+    if kind == "D":
+        return launch.scalars[f"D{arg}"]
+    if kind == "S":
+        return launch.scalars[f"S{arg}"]
+    return launch.scalars[f"BC{arg}"]
+
+
+def _args(ck: CudaKernel, launch: Launch, y: Any, params: tuple[Any, ...]) -> list[Any]:
+    cp = _cupy()
+    k = ck.kernel
+    itype = np.dtype(k.itype).type
+    vals = launch.args(k, y)
+    out: list[Any] = []
+    for p in params:
+        v = vals[p.name]
+        if p.kind == "iscalar":
+            out.append(itype(v))
+        elif p.kind == "vscalar":
+            out.append(kernel_scalar(k.value_dtype, v))
+        else:
+            if not isinstance(v, cp.ndarray):
+                raise DeviceError(
+                    f"buffer {p.name} is not a CuPy array: every operand of a CUDA kernel must be on the GPU"
+                )
+            want = np.dtype(p.dtype) if p.kind == "ibuf" else np.dtype(k.value_dtype)
+            if p.name not in ("x", "y0", "y"):
+                v = cp.ascontiguousarray(v, dtype=want)
+            elif v.dtype != want:
+                raise DeviceError(f"buffer {p.name} has dtype {v.dtype}, expected {want}")
+            out.append(v)
+    return out
+
+
+def run_launch_cuda(
+    fmt: Format, launch: Launch, out: Any = None, order: str = "auto", group: int = 1, stream: int = 0
+) -> Any:
+    """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer)."""
+    cp = _cupy()
+    dev = launch.buffers["val"].device.id
+    with cp.cuda.Device(dev):
+        ck = cuda_kernel(
+            fmt,
+            launch.op,
+            launch.layout,
+            order,
+            launch.dtype,
+            launch.index_dtype,
+            launch.itype(group),
+            group,
+            dev,
+        )
+        target = out
+        if (
+            target is None
+            or not isinstance(target, cp.ndarray)
+            or target.dtype != np.dtype(launch.dtype)
+            or array_layout(target) != launch.layout
+        ):
+            target = _empty(cp, launch.out_shape, launch.dtype, launch.layout)
+        if target.size:
+            info = kernel_info(ck.kernel)
+            s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
+            with s:
+                if ck.init is not None:
+                    ny = launch.scalars["NY"]
+                    grid = (max(1, min(-(-ny // BLOCK), _MAX_GRID_X)), 1, 1)
+                    ck.init(grid, (BLOCK,), _args(ck, launch, target, init_params(ck.kernel)))
+                total = ck.group
+                for kind, arg in info.par_extents:
+                    total *= _extent(fmt, launch, kind, arg)
+                if info.col_par:
+                    total *= launch.ncols
+                nb = launch.scalars["NB"] if info.batch else 1
+                if total > 0 and nb > 0:
+                    grid = (max(1, min(-(-total // BLOCK), _MAX_GRID_X)), max(1, min(nb, _MAX_GRID_Y)), 1)
+                    ck.main(grid, (BLOCK,), _args(ck, launch, target, ck.kernel.params))
+        if out is not None and target is not out:
+            out[...] = target
+            return out
+        return target
+
+
+def matmul_cuda(
+    a: Any,
+    x: Any,
+    c: Any = None,
+    *,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    out: Any = None,
+    order: str = "auto",
+    group: int | None = None,
+    stream: int = 0,
+) -> Any:
+    """``alpha * a @ x + beta * c`` through the generated CUDA kernel (every operand on the GPU)."""
+    from ust.codegen.runtime import default_group
+
+    launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
+    g = group if group is not None else default_group(a, launch.op, order)
+    return run_launch_cuda(a.format, launch, out, order, g, stream)

@@ -1,0 +1,204 @@
+"""Generated-kernel routes for ``ust.Matmul``: executors, variants, and a direct entry point.
+
+The planner (:mod:`ust.ops_matmul`) calls :func:`generated_matmul` with a planned ``Matmul``
+and a target (``"c"`` or ``"cuda"``); the executor compiles (or loads) its kernel at plan
+time and runs it with ``run(b, c, out, stream)``.  :func:`variants` lists what ``autotune``
+may time: loop orders the format allows and, on the GPU, threads per row.  Variants are
+short strings (saved plans store them): ``"auto"``, ``"storage"``, ``"outer"``, and for
+CUDA ``"<order>:g<threads>"``.  Backends are imported lazily: importing this module loads
+no compiler and no GPU package.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ust.codegen.launch import prepare
+from ust.codegen.lower import plan
+from ust.formats.model import Format
+from ust.runtime.errors import UnsupportedError
+
+__all__ = [
+    "GeneratedMatmul",
+    "default_group",
+    "generated_matmul",
+    "matmul_generated",
+    "parse_variant",
+    "variants",
+]
+
+_log = logging.getLogger("ust.codegen.runtime")
+_log.addHandler(logging.NullHandler())
+
+
+def parse_variant(variant: Any) -> tuple[str, int | None]:
+    """(loop order, threads per row or None for the default) of a variant string."""
+    if variant in (None, "", "auto"):
+        return "auto", None
+    text = str(variant)
+    order, _, group = text.partition(":")
+    g = int(group[1:]) if group.startswith("g") else None
+    return order or "auto", g
+
+
+def orders(fmt: Format, op: str) -> list[str]:
+    """Loop orders that give different kernels for ``fmt`` (the default first)."""
+    chosen = plan(fmt, op, "auto").order
+    out = [chosen]
+    for other in ("storage", "outer"):
+        if other != chosen:
+            try:
+                plan(fmt, op, other)
+            except UnsupportedError:
+                continue
+            out.append(other)
+    return out
+
+
+def default_group(a: Any, op: str, order: str = "auto") -> int:
+    """Threads per output item on the GPU: about half the stored entries per row, capped at 32."""
+    from ust.codegen.lower import lower
+
+    k = lower(a.format, op, order=order)
+    from ust.codegen.emit_cuda import supports_group
+
+    if not supports_group(k):
+        return 1
+    items = 1
+    for kind, arg in k.info["par_extents"]:  # type: ignore[attr-defined]
+        if kind == "D":
+            items *= int(a.shape[arg])
+        elif kind == "S":
+            items *= int(a.format.lvl_shape(a.shape)[arg])
+        else:
+            crd = a.crd(arg)
+            items *= int(crd.shape[-1]) if crd is not None else 1
+    nse = int(a.values.size)
+    avg = nse / max(items, 1)
+    g = 1
+    while g < 32 and g * 2 <= avg / 2 + 1e-9:
+        g *= 2
+    return g
+
+
+def variants(m: Any, route: str) -> list[str]:
+    """Variants ``autotune`` may time for a planned ``Matmul`` on ``route``."""
+    op = "mm" if len(m.b.shape) > (1 + _nbatch(m.a.format)) else "mv"
+    outs: list[str] = list(orders(m.a.format, op))
+    if route == "generated-cuda":
+        from ust.codegen.emit_cuda import supports_group
+        from ust.codegen.lower import lower
+
+        gv: list[str] = []
+        for o in outs:
+            groups = (1, 4, 32) if supports_group(lower(m.a.format, op, order=o)) else (1,)
+            gv += [f"{o}:g{g}" for g in groups]
+        return gv
+    return outs
+
+
+def _nbatch(fmt: Format) -> int:
+    n = 0
+    while n < fmt.nlevels and fmt.levels[n].format.value == "batch":
+        n += 1
+    return n
+
+
+class GeneratedMatmul:
+    """``out = alpha * A @ b + beta * c`` through a kernel generated for A's format."""
+
+    def __init__(
+        self, a: Any, alpha: complex, beta: complex, dtype: str, target: str, variant: Any = None
+    ) -> None:
+        if target not in ("c", "cuda"):
+            raise UnsupportedError(f"target must be 'c' or 'cuda', got {target!r}")
+        if complex(alpha).imag or complex(beta).imag:
+            import numpy as np
+
+            if np.dtype(dtype).kind != "c":
+                raise UnsupportedError(
+                    "complex alpha/beta need complex operands (cast A or B to a complex dtype)"
+                )
+        self.a = a if str(a.dtype) == dtype else a.astype(dtype)
+        self.alpha, self.beta, self.dtype = alpha, beta, dtype
+        self.target = target
+        self.order, self.group = parse_variant(variant)
+        self.route = f"generated-{target}"
+        self._groups: dict[str, int] = {}
+
+    def prepare(self, b: Any, out: Any) -> None:
+        """Compile (or load) the kernel now, so that the first ``run`` costs no compilation."""
+        launch = prepare(self.a, b, None, alpha=self.alpha, beta=0, out=out, dtype=self.dtype)
+        if self.target == "c":
+            from ust.backends.cpu.ckernels import c_kernel
+
+            c_kernel(
+                self.a.format,
+                launch.op,
+                launch.layout,
+                self.order,
+                launch.dtype,
+                launch.index_dtype,
+                launch.itype(),
+            )
+        else:
+            from ust.backends.cuda.kernels import cuda_kernel
+
+            g = self._group(launch.op)
+            cuda_kernel(
+                self.a.format,
+                launch.op,
+                launch.layout,
+                self.order,
+                launch.dtype,
+                launch.index_dtype,
+                launch.itype(g),
+                g,
+            )
+
+    def _group(self, op: str) -> int:
+        if self.group is not None:
+            return self.group
+        if op not in self._groups:
+            self._groups[op] = default_group(self.a, op, self.order)
+        return self._groups[op]
+
+    def run(self, b: Any, c: Any, out: Any, stream: int = 0) -> Any:
+        launch = prepare(self.a, b, c, alpha=self.alpha, beta=self.beta, out=out, dtype=self.dtype)
+        if self.target == "c":
+            from ust.backends.cpu.ckernels import run_launch
+
+            return run_launch(self.a.format, launch, out, self.order)
+        from ust.backends.cuda.kernels import run_launch_cuda
+
+        return run_launch_cuda(self.a.format, launch, out, self.order, self._group(launch.op), stream)
+
+
+def generated_matmul(m: Any, target: str, variant: Any = None) -> GeneratedMatmul:
+    """The executor of the ``generated-c`` / ``generated-cuda`` route for a planned ``Matmul``."""
+    ex = GeneratedMatmul(m.a, m.alpha, m.beta, m.dtype, target, variant)
+    ex.prepare(m.b, m.out)
+    return ex
+
+
+def matmul_generated(
+    a: Any,
+    x: Any,
+    c: Any = None,
+    *,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    out: Any = None,
+    target: str | None = None,
+    variant: Any = None,
+) -> Any:
+    """``alpha * a @ x + beta * c`` through the generated kernel, bypassing the planner.
+
+    ``target`` defaults to where ``a``'s buffers live (CuPy -> ``"cuda"``, else ``"c"``).
+    """
+    if target is None:
+        target = "cuda" if type(a.values).__module__.split(".")[0] == "cupy" else "c"
+    launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
+    ex = GeneratedMatmul(a, alpha, beta, launch.dtype, target, variant)
+    return ex.run(x, c if beta != 0 else None, out, 0)
