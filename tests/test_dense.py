@@ -104,7 +104,9 @@ def test_matmul_complex(dtype, layout, batch):
     close(d, reference(a, b, c, 0.5 - 1j, 2j), dtype)
 
 
-@pytest.mark.parametrize(("alpha", "beta"), [(1, 0), (1, 1), (2.5, 1), (0.5, -3.0), (1.0, 0.25), (0, 2)])
+@pytest.mark.parametrize(
+    ("alpha", "beta"), [(1, 0), (1, 1), (2.5, 1), (0.5, -3.0), (1.0, 0.25), (0, 2), (2 + 0j, np.float32(0.5))]
+)
 @pytest.mark.parametrize("batch", [(), (4,)])
 def test_matmul_alpha_beta(alpha, beta, batch):
     a, b, c = (

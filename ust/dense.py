@@ -303,6 +303,11 @@ def _check_scalars(alpha: Any, beta: Any, c: Any, dtype: str) -> None:
         raise ShapeError(f"beta={beta} scales c, but no c was given; pass c (the result's shape) or beta=0")
 
 
+def _scalar(v: Any, dtype: str) -> Any:
+    """alpha / beta as a Python number of the operands' kind (a real ``2+0j`` becomes ``2.0``)."""
+    return complex(v) if dtype.startswith("complex") else float(complex(v).real)
+
+
 def _promote(x: Any, name: str, shape: _MatmulShape) -> Any:
     """Vectors as matrices: a (K,) -> (1, K), b (K,) -> (K, 1); c and bias get the same extra axis."""
     if x is None:
@@ -390,7 +395,7 @@ class Matmul(StatefulOperation):
         self._place = _Placement({"a": a, "b": b, "c": c}, execution)
         self._shape = _matmul_shape(a, b, c, self._place.space)
         _check_scalars(alpha, beta, c, self._shape.dtype)
-        self._alpha, self._beta = alpha, beta
+        self._alpha, self._beta = _scalar(alpha, self._shape.dtype), _scalar(beta, self._shape.dtype)
         self._user_shapes = {
             "a": tuple(a.shape),
             "b": tuple(b.shape),
@@ -579,9 +584,9 @@ class Matmul(StatefulOperation):
             self._runner.bind(checked=True, **moved)
         self._ops.update(moved)
         if alpha is not None:
-            self._alpha = alpha
+            self._alpha = _scalar(alpha, self._shape.dtype)
         if beta is not None:
-            self._beta = beta
+            self._beta = _scalar(beta, self._shape.dtype)
 
     def reset_operands_unchecked(
         self,
@@ -605,9 +610,9 @@ class Matmul(StatefulOperation):
                 self._runner.bind(checked=False, **moved)
             self._ops.update(moved)
         if alpha is not None:
-            self._alpha = alpha
+            self._alpha = _scalar(alpha, self._shape.dtype)
         if beta is not None:
-            self._beta = beta
+            self._beta = _scalar(beta, self._shape.dtype)
 
     def _free(self) -> None:
         if self._runner is not None and hasattr(self._runner, "free"):
