@@ -718,6 +718,11 @@ def _fake_cupy():
     return types.SimpleNamespace(
         __name__="cupy",
         empty=wrap(np.empty),
+        zeros=wrap(np.zeros),
+        tanh=np.tanh,
+        add=np.add,
+        maximum=np.maximum,
+        multiply=np.multiply,
         ascontiguousarray=wrap(np.ascontiguousarray),
         asarray=wrap(np.asarray),
         cuda=cuda,
@@ -912,6 +917,20 @@ def test_gpu_stateful_with_stand_ins(stand_in_gpu, tmp_path, caplog):
     saved_algo = int(decode_array(saved["plan"]["algorithm"])[0])
     assert saved_algo == 41 + int(np.argmin(times))  # autotune's choice survives resets
     assert stand_in_gpu.calls == [saved_algo]  # the saved algorithm ran, no search
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(3, 0, 2), (0, 4, 2), (3, 4, 0)])
+def test_gpu_empty_dimensions_with_stand_ins(stand_in_gpu, m, k, n):
+    a, b, c, bias = (
+        rand((m, k), "float32"),
+        rand((k, n), "float32"),
+        rand((m, n), "float32"),
+        rand((n,), "float32"),
+    )
+    with dense.Matmul(dev(a), dev(b), dev(c), beta=2) as mm:
+        mm.plan(epilog="gelu_bias", epilog_inputs={"bias": dev(bias)})
+        assert mm.route == "empty"
+        close(np.asarray(mm.execute()), reference(a, b, c, 1, 2, "gelu_bias", bias), "float32")
 
 
 def test_gpu_reset_to_a_layout_the_plan_cannot_take(stand_in_gpu):

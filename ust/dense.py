@@ -475,6 +475,10 @@ class Matmul(StatefulOperation):
 
     def _make_runner(self, algorithm: Any) -> Any:
         s, ops = self._shape, self._ops
+        if self._place.space.is_cuda and 0 in (s.m, s.n, s.k):
+            import cupy
+
+            return _EmptyMatmul(cupy, s.d_shape, s.dtype, self._epilog)
         if self._place.space.is_cuda:
             from ust.backends.cuda.cublaslt import GpuMatmul
 
@@ -518,7 +522,7 @@ class Matmul(StatefulOperation):
         if iterations < 1:
             raise UnsupportedError(f"iterations must be >= 1, not {iterations}")
         times = None
-        if self._place.space.is_cuda:
+        if self._runner.route == "cublasLt":
             times = self._runner.autotune(
                 self._alpha, self._beta, self._place.stream(stream), iterations, algorithms
             )
@@ -530,7 +534,7 @@ class Matmul(StatefulOperation):
     # ---------------------------------------------------------------------------------- execute
 
     def _execute(self, stream: Any = None) -> Any:  # type: ignore[override]
-        if self._place.space.is_cuda:
+        if self._runner.route == "cublasLt":
             d = self._runner.execute(self._alpha, self._beta, self._place.stream(stream))
         else:
             ops = self._ops
@@ -580,7 +584,7 @@ class Matmul(StatefulOperation):
             self._shape.dtype,
         )
         moved = {n: _promote(self._place.move(x), n, self._shape) for n, x in new.items() if x is not None}
-        if self._runner is not None and self._place.space.is_cuda and moved:
+        if self._runner is not None and self._runner.route == "cublasLt" and moved:
             self._runner.bind(checked=True, **moved)
         self._ops.update(moved)
         if alpha is not None:
@@ -606,7 +610,7 @@ class Matmul(StatefulOperation):
             if x is not None
         }
         if moved:
-            if self._runner is not None and place.space.is_cuda:
+            if self._runner is not None and self._runner.route == "cublasLt":
                 self._runner.bind(checked=False, **moved)
             self._ops.update(moved)
         if alpha is not None:
@@ -639,10 +643,10 @@ class Matmul(StatefulOperation):
             "bias": None if self._bias_shape is None else list(self._bias_shape),
             "key": self._key(self._epilog),
         }
-        if self._place.space.is_cuda:
+        if self._runner.route == "cublasLt":
             payload.update(self._runner.payload())
             payload["algorithm"] = encode_array(self._runner.lt.algorithm_data())
-        else:
+        elif self._runner.route != "empty":
             payload["order"] = self._runner.order
         return payload
 
@@ -686,7 +690,7 @@ class Matmul(StatefulOperation):
             raise PlanFileError(f"{os.fspath(path)} was made for a bias of shape {saved['bias']}")
         algorithm = decode_array(saved["algorithm"]) if "algorithm" in saved else None
         self.plan(saved["epilog"], epilog_inputs, _algorithm=algorithm)
-        if self._place.space.is_cuda and self._runner.problem.to_dict() != saved["problem"]:
+        if self._runner.route == "cublasLt" and self._runner.problem.to_dict() != saved["problem"]:
             self._runner.free()
             self._done.discard("plan")
             raise PlanFileError(
@@ -694,6 +698,25 @@ class Matmul(StatefulOperation):
             )
         _log.info("loaded the %s plan (route %s) from %s", self.kind, self.route, os.fspath(path))
         return True
+
+
+class _EmptyMatmul:
+    """A GPU matmul with an empty dimension (cuBLASLt takes none): ``beta * C + bias``, epilogue."""
+
+    route = "empty"
+
+    def __init__(self, xp: Any, d_shape: tuple[int, ...], dtype: str, epilog: str) -> None:
+        self.xp, self.d_shape, self.dtype, self.epilog = xp, d_shape, dtype, epilog
+
+    def run(self, a: Any, b: Any, c: Any, alpha: Any, beta: Any, bias: Any) -> Any:
+        from ust.backends.cpu.dense import apply_epilogue
+
+        d = self.xp.zeros(self.d_shape, dtype=self.dtype)
+        if c is not None and beta != 0:
+            d += beta * c
+        if self.epilog != "none" and d.size:
+            apply_epilogue(d, self.epilog, bias, self.xp)
+        return d
 
 
 def matmul(
