@@ -66,28 +66,47 @@ def as_index(a: Any, dtype: Any) -> Any:
 # ----------------------------------------------------------------------------- segment expansion
 
 
-def expand_segments(xp: ModuleType, counts: Any, total: int | None = None) -> Any:
-    """Segment id of every element: ``repeat(arange(len(counts)), counts)`` (int64).
+def work_dtype(*sizes: int) -> np.dtype:
+    """int32 when every size fits (half the memory traffic of int64), else int64."""
+    return np.dtype(np.int32 if max((0, *sizes)) < 2**31 - 1 else np.int64)
+
+
+def expand_segments(xp: ModuleType, counts: Any, total: int | None = None, dtype: Any = None) -> Any:
+    """Segment id of every element: ``repeat(arange(len(counts)), counts)``.
 
     NumPy has it compiled; on CuPy the same array comes from marking where each non-empty
-    segment starts and a prefix sum (no host round trip per segment).
+    segment starts and a prefix sum (no host round trip per segment).  The dtype is int32
+    when the segment count allows.
     """
     nseg = int(counts.shape[0])
+    dtype = work_dtype(nseg) if dtype is None else np.dtype(dtype)
     if xp is np:
-        return np.repeat(np.arange(nseg, dtype=np.int64), counts)
+        return np.repeat(np.arange(nseg, dtype=dtype), counts)
     if total is None:
         total = int(counts.sum())
-    out = xp.zeros(total, dtype=np.int64)
+    out = xp.zeros(total, dtype=dtype)
     if total == 0:
         return out
     nonempty = xp.flatnonzero(counts)
     starts = xp.cumsum(counts) - counts
     # each non-empty segment start gets the jump in segment id from the previous non-empty one
-    jumps = xp.empty(nonempty.shape[0], dtype=np.int64)
+    jumps = xp.empty(nonempty.shape[0], dtype=dtype)
     jumps[0] = nonempty[0]
     jumps[1:] = nonempty[1:] - nonempty[:-1]
     out[starts[nonempty]] = jumps
-    return xp.cumsum(out)
+    return xp.cumsum(out, dtype=dtype)
+
+
+def periodic(xp: ModuleType, total: int, div: int, mod: int | None, lo: int, dtype: Any) -> Any:
+    """``(arange(total) // div) % mod + lo`` without a division: repeat + tile."""
+    if total == 0:
+        return xp.zeros(0, dtype=dtype)
+    period = total // div if mod is None else mod
+    base = xp.arange(lo, lo + period, dtype=dtype)
+    if div > 1:
+        base = xp.repeat(base, div)
+    reps = total // max(int(base.shape[0]), 1)
+    return base if reps == 1 else xp.tile(base, reps)
 
 
 # ----------------------------------------------------------------------------- sorting
@@ -100,6 +119,37 @@ def _sparsetools() -> Any:
     except ImportError:  # pragma: no cover - private module moved
         return None
     return _sparsetools
+
+
+#: Value dtypes SciPy's compiled routines carry (what ``coo_tocsr`` can move as payload).
+_CARRY_KINDS = "iufc"
+
+
+def bucket_sort(xp: ModuleType, key: Any, nbuckets: int, idx: Any, vals: Any) -> tuple[Any, Any, Any] | None:
+    """One stable counting pass by ``key`` carrying one index array and the values.
+
+    Returns ``(ptr, idx_sorted, vals_sorted)`` (``ptr``: bucket boundaries, nbuckets + 1), or
+    None where no compiled pass applies (the caller sorts through a permutation instead).
+    """
+    st = _sparsetools() if xp is np else None
+    n = int(key.shape[0])
+    if (
+        st is None
+        or nbuckets > _MAX_BUCKETS
+        or np.dtype(vals.dtype).kind not in _CARRY_KINDS
+        or np.dtype(vals.dtype).itemsize < 4
+    ):
+        return None
+    itype = work_dtype(n, nbuckets)
+    k = np.ascontiguousarray(key, dtype=itype)
+    j = np.ascontiguousarray(idx, dtype=itype)
+    if n and (int(k.min()) < 0 or int(k.max()) >= nbuckets):  # memory safety of the C pass
+        raise ValueError("bucket_sort: key out of range")
+    ptr = np.empty(nbuckets + 1, dtype=itype)
+    j_out = np.empty(n, dtype=itype)
+    v_out = np.empty(n, dtype=vals.dtype)
+    st.coo_tocsr(nbuckets, 1, n, k, j, np.ascontiguousarray(vals), ptr, j_out, v_out)
+    return ptr, j_out, v_out
 
 
 def counting_sort(xp: ModuleType, key: Any, nbuckets: int) -> tuple[Any, Any]:
@@ -117,9 +167,9 @@ def counting_sort(xp: ModuleType, key: Any, nbuckets: int) -> tuple[Any, Any]:
             raise ValueError("counting_sort: key out of range")
         ptr = np.empty(nbuckets + 1, dtype=itype)
         sorted_key = np.empty(n, dtype=itype)
-        perm = np.empty(n, dtype=np.int64)
-        st.coo_tocsr(nbuckets, 1, n, k, k, np.arange(n, dtype=np.int64), ptr, sorted_key, perm)
-        return perm, ptr.astype(np.int64, copy=False)
+        perm = np.empty(n, dtype=itype)
+        st.coo_tocsr(nbuckets, 1, n, k, k, np.arange(n, dtype=itype), ptr, sorted_key, perm)
+        return perm, ptr
     perm = xp.argsort(key, kind="stable")
     ptr = xp.zeros(nbuckets + 1, dtype=np.int64)
     if n:
@@ -144,12 +194,12 @@ def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
     for k, ext in zip(keys, extents):
         ext = max(int(ext), 1)
         if cur is not None and cur_ext * ext <= limit:
-            cur = cur * ext + k.astype(np.int64)
             cur_ext *= ext
+            cur = cur.astype(work_dtype(cur_ext), copy=False) * ext + k
         else:
             if cur is not None:
                 groups.append((cur, cur_ext))
-            cur, cur_ext = k.astype(np.int64, copy=False), ext
+            cur, cur_ext = k, ext
     groups.append((cur, cur_ext))
     if xp is not np and len(groups) == 1:
         return xp.argsort(groups[0][0], kind="stable")

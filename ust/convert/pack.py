@@ -70,8 +70,10 @@ def _changes(xp: ModuleType, c: Any) -> Any:
     return out
 
 
-def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any], Any, list[Any]]:
-    """Target level coordinates (0-based per level), sorted, merged; plus change masks."""
+def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any], Any, list[Any], Any]:
+    """Target level coordinates (0-based per level), sorted and merged, the change masks
+    computed on the way, and -- when one counting pass by level 0 did the sort and nothing
+    merged -- its bucket pointers (level 0's histogram, prefix-summed)."""
     xp = ent.xp
     shape = ent.shape
     bounds = fmt.lvl_bounds(shape)
@@ -83,10 +85,19 @@ def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any
     c = [x - lo if lo else x for x, (lo, _) in zip(lvl, bounds)]
     values = ent.values
     p = fmt.nlevels if ent.sorted_by is None else sort_prefix(ent.sorted_by, fmt)
+    ptr0 = None
     if p and ent.n > 1:
-        perm = _xp.stable_order(xp, c[:p], extents[:p])
-        c = [x[perm] for x in c]
-        values = values[perm]
+        done = None
+        if p == 1 and fmt.nlevels == 2:
+            # one compiled counting pass moves the other coordinate and the values along
+            done = _xp.bucket_sort(xp, c[0], extents[0], c[1], values)
+        if done is not None:
+            ptr0, c1, values = done
+            c = [_xp.expand_segments(xp, xp.diff(ptr0), ent.n, c1.dtype), c1]
+        else:
+            perm = _xp.stable_order(xp, c[:p], extents[:p])
+            c = [x[perm] for x in c]
+            values = values[perm]
     log.debug("general path: sorted by %d of %d target levels", p, fmt.nlevels)
     chg: list[Any] = [None] * fmt.nlevels
     if merge and not ent.unique and ent.n > 1:
@@ -99,7 +110,8 @@ def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any
             values = _xp.segment_sum(xp, values, starts)
             c = [x[starts] for x in c]
             chg = [None] * fmt.nlevels
-    return c, values, chg
+            ptr0 = None
+    return c, values, chg, ptr0
 
 
 def pack(
@@ -126,8 +138,9 @@ def pack(
             ent = Entries(
                 xp, ent.fmt, shape, [x[nz] for x in ent.lvl], ent.values[nz], ent.sorted_by, ent.unique
             )
-    c, values, chg = order_and_merge(ent, fmt, merge=not keep_dups)
+    c, values, chg, ptr0 = order_and_merge(ent, fmt, merge=not keep_dups)
     n = int(values.shape[0])
+    wdt = _xp.work_dtype(n)
     unique = not keep_dups  # merged (or the source was unique)
     first_per_entry = per_entry_start(fmt) if keep_dups else L
 
@@ -150,7 +163,8 @@ def pack(
         if f in (LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE):
             if P * max(S, 1) > 2**62:
                 _check_padding(fmt, shape, P * S, n, max_padding)
-            pe = c[k].astype(np.int64) if pe is None else pe * S + c[k]
+            pdt = _xp.work_dtype(P * S)
+            pe = c[k].astype(pdt, copy=False) if pe is None else pe.astype(pdt, copy=False) * S + c[k]
             P *= S
             if k + 1 < L and n:
                 bnd = change(k) if bnd is None else bnd | change(k)
@@ -183,11 +197,17 @@ def pack(
                 b = b | change(j)
             new_first = xp.flatnonzero(b)
             Pk = int(new_first.shape[0])
-            pe_k = xp.cumsum(b, dtype=np.int64) - 1
+            pe_k = xp.cumsum(b, dtype=wdt) - 1
             bnd = b
         crd[k] = _shift(c[k] if new_first is None else c[k][new_first], lo)
         if pe is None:
             ptr = xp.asarray(np.array([0, Pk], dtype=np.int64))
+        elif ptr0 is not None and k == 1 and new_first is None:
+            # level 0's counting pass already counted the children of every level-0 position
+            if fmt.levels[0].format is LevelFormat.DENSE:
+                ptr = ptr0
+            else:
+                ptr = xp.concatenate([ptr0[:1], ptr0[1:][xp.diff(ptr0) > 0]])
         else:
             parents = pe if new_first is None else pe[new_first]
             ptr = xp.zeros(P + 1, dtype=np.int64)
@@ -199,7 +219,7 @@ def pack(
             lohi[1::2] = ptr[1:]
             ptr = lohi
         pos[k] = ptr
-        pe = xp.arange(n, dtype=np.int64) if pe_k is None and new_first is None else pe_k
+        pe = xp.arange(n, dtype=wdt) if pe_k is None and new_first is None else pe_k
         if new_first is None and k + 1 < L:
             bnd = xp.ones(n, dtype=bool)
         first = new_first

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ust.convert.layouts import library_layout
+from ust.formats.library import get as get_format
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
-__all__ = ["CPU_ROUTES", "GPU_ROUTES", "convert", "explain_route"]
+__all__ = ["CPU_ROUTES", "GPU_ROUTES", "convert", "explain_route", "plan_route"]
 
 log = logging.getLogger("ust.convert")
 
@@ -50,6 +51,9 @@ CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
     ("bsr", "csc"): ("scipy bsr.tocsc", lambda a, bs: a.tocsc()),
     ("bsr", "coo"): ("scipy bsr.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
     ("csr", "bsr"): ("scipy csr.tobsr", lambda a, bs: _sorted(a.tobsr(bs))),
+    ("coo", "bsr"): ("scipy coo.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
+    ("csc", "bsr"): ("scipy csc.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
+    ("dia", "bsr"): ("scipy dia.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
     ("dia", "csr"): ("scipy dia.tocsr", lambda a, bs: a.tocsr()),
     ("dia", "csc"): ("scipy dia.tocsc", lambda a, bs: a.tocsr().tocsc()),
     ("dia", "coo"): ("scipy dia.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
@@ -67,23 +71,56 @@ GPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
 _CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
 
 
-def _library(t: Tensor, fmt: Format, route: str | None) -> tuple[str, _Route, Any] | None:
-    if route == "general":
-        return None
-    src = library_layout(t.format)
+_Step = tuple[str, str, Any, Any, Format]  # (kind, description, function, blocksize, target)
+
+
+def _library_step(t_fmt: Format, fmt: Format, on_gpu: bool) -> _Step | None:
+    src = library_layout(t_fmt)
     dst = library_layout(fmt)
     if src is None or dst is None or not src.canonical or not dst.canonical:
         return None
-    on_gpu = t.device != "cpu"
-    table = GPU_ROUTES if on_gpu else CPU_ROUTES
-    entry = table.get((src.name, dst.name))
-    if entry is None:
-        return None
-    if on_gpu and (t.dtype not in _CUPYX_DTYPES or max(t.nse, *t.shape) >= 2**31):
-        return None
     if src.name == dst.name == "bsr":
         return None
-    return entry[0], entry[1], dst.blocksize
+    entry = (GPU_ROUTES if on_gpu else CPU_ROUTES).get((src.name, dst.name))
+    if entry is None:
+        return None
+    return ("library", entry[0], entry[1], dst.blocksize, fmt)
+
+
+def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
+    """The steps of ``t.convert(fmt)``: library calls and at most one general-path pass.
+
+    CPU: a direct SciPy conversion where one exists; a BSR or DIA source is first turned
+    into CSR by SciPy's compiled conversion (reading its padded slots costs more than the
+    conversion); a BSR target is made by SciPy's ``tobsr`` from CSR.  GPU: cuSPARSE through
+    cupyx for CSR/CSC/COO pairs.  Everything else: the general path.
+    """
+    general: list[_Step] = [("general", "general path", None, None, fmt)]
+    if route == "general":
+        return general
+    on_gpu = t.device != "cpu"
+    if on_gpu and (t.dtype not in _CUPYX_DTYPES or max(t.nse, *t.shape) >= 2**31):
+        return general
+    if not on_gpu and t.dtype == np.float16:  # scipy's compiled routines have no float16
+        return general
+    direct = _library_step(t.format, fmt, on_gpu)
+    if direct is not None:
+        return [direct]
+    if on_gpu:
+        return general
+    csr = get_format("CSR")
+    src = library_layout(t.format)
+    dst = library_layout(fmt)
+    if src is not None and src.canonical and src.name in ("bsr", "dia") and fmt != csr:
+        first = _library_step(t.format, csr, False)
+        if first is not None:
+            rest = _library_step(csr, fmt, False)
+            return [first, rest if rest is not None else ("general", "general path", None, None, fmt)]
+    if dst is not None and dst.canonical and dst.name == "bsr" and t.format != csr:
+        last = _library_step(csr, fmt, False)
+        if last is not None:
+            return [("general", "general path", None, None, csr), last]
+    return general
 
 
 def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> str:
@@ -93,12 +130,16 @@ def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> 
     fmt = resolve(fmt)
     if fmt == t.format:
         return "no conversion: the tensor already has this format"
-    lib = _library(t, fmt, route)
-    if lib is not None:
-        return f"library route: {lib[0]} (both formats are canonical library layouts)"
-    src = t.format.standard_name or "custom"
-    dst = fmt.standard_name or "custom"
-    return f"general path on {t.device} ({src} -> {dst}): unpack levels, order, merge, pack"
+    steps = plan_route(t, fmt, route)
+    kinds = {s[0] for s in steps}
+    what = " then ".join(s[1] for s in steps)
+    if kinds == {"library"}:
+        return f"library route: {what} (both formats are canonical library layouts)"
+    if kinds == {"general"}:
+        src = t.format.standard_name or "custom"
+        dst = fmt.standard_name or "custom"
+        return f"general path on {t.device} ({src} -> {dst}): unpack levels, order, merge, pack"
+    return f"staged route: {what}"
 
 
 def convert(
@@ -128,24 +169,25 @@ def convert(
             itype,
         )
     t0 = time.perf_counter()
-    lib = _library(t, fmt, route)
-    if lib is not None:
-        name, fn, blocksize = lib
-        out = _run_library(t, fmt, fn, blocksize, itype)
-        how = name
-    else:
-        from ust.convert.pack import pack
-        from ust.convert.unpack import unpack
+    steps = plan_route(t, fmt, route)
+    out = t
+    for kind, _name, fn, blocksize, step_fmt in steps:
+        if kind == "library":
+            out = _run_library(out, step_fmt, fn, blocksize, None)
+        else:
+            from ust.convert.pack import pack
+            from ust.convert.unpack import unpack
 
-        out = pack(unpack(t), fmt, index_dtype=itype, prune=prune, max_padding=max_padding)
-        how = "general path"
+            out = pack(unpack(out), step_fmt, index_dtype=None, prune=prune, max_padding=max_padding)
+    if itype is not None and itype != out.index_dtype:
+        out = convert(out, fmt, index_dtype=itype)
     if log.isEnabledFor(logging.INFO):
         log.info(
             "convert %s -> %s on %s: %s (%d entries, %.3f ms)",
             t.format.standard_name or t.format.map_text(),
             fmt.standard_name or fmt.map_text(),
             t.device,
-            how,
+            " then ".join(s[1] for s in steps),
             t.nse,
             1e3 * (time.perf_counter() - t0),
         )

@@ -70,6 +70,10 @@ class _Affine:
             c = c % self.mod
         return c + self.lo if self.lo else c
 
+    def of_all(self, xp: ModuleType, total: int, dtype: Any) -> Any:
+        """The coordinate of every position 0..total-1 (no division: a repeat/tile pattern)."""
+        return _xp.periodic(xp, total, self.div, self.mod, self.lo, dtype)
+
 
 @dataclass
 class FlatLevel:
@@ -119,10 +123,6 @@ def flat_buffers(t: Tensor) -> tuple[list[FlatLevel], Any]:
     return out, t.values.reshape(-1)
 
 
-def _positions(xp: ModuleType, live: Any, count: int) -> Any:
-    return xp.arange(count, dtype=np.int64) if live is None else live
-
-
 def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = False) -> Entries:
     """All stored entries of ``t`` as level coordinates and values, in storage order.
 
@@ -138,6 +138,7 @@ def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = Fa
     if fmt.is_dense and not keep_zeros:
         return _unpack_dense(t, bounds)
     levels, vals = flat_buffers(t)
+    wdt = _xp.work_dtype(t.nse, *t.shape, *(hi - lo for lo, hi in bounds))
 
     live: Any = None  # explicit live positions of the current level, or None: 0..P-1 all live
     P = 1
@@ -154,11 +155,10 @@ def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = Fa
                 for c in coords
             ]
             if live is not None:
-                live = (live[:, None] * width + xp.arange(width, dtype=np.int64)[None, :]).reshape(-1)
+                live = (live[:, None] * width + xp.arange(width, dtype=live.dtype)[None, :]).reshape(-1)
             P *= width
             if f is LevelFormat.STRUCTURED:
-                p = _positions(xp, live, P)
-                coords.append(fl.crd[p] if live is not None else fl.crd[:P])
+                coords.append(fl.crd[live] if live is not None else fl.crd[:P])
             else:
                 coords.append(_Affine(1, S if P != S else None, lo_k))
         elif f is LevelFormat.SINGLETON:
@@ -167,16 +167,16 @@ def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = Fa
             if live is None and fl.contiguous:
                 counts = xp.diff(fl.pos)
                 total = int(fl.pos[-1]) if fl.pos.shape[0] else 0
-                seg = _xp.expand_segments(xp, counts, total)
+                seg = _xp.expand_segments(xp, counts, total, wdt)
                 child = None
             else:
                 lo = fl.lo if live is None else fl.lo[live]
                 hi = fl.hi if live is None else fl.hi[live]
-                counts = (hi - lo).astype(np.int64)
+                counts = (hi - lo).astype(wdt)
                 total = int(counts.sum()) if counts.shape[0] else 0
-                seg = _xp.expand_segments(xp, counts, total)
-                starts = xp.cumsum(counts) - counts
-                child = lo[seg].astype(np.int64) + (xp.arange(total, dtype=np.int64) - starts[seg])
+                seg = _xp.expand_segments(xp, counts, total, wdt)
+                starts = xp.cumsum(counts, dtype=wdt) - counts
+                child = lo[seg].astype(wdt) + (xp.arange(total, dtype=wdt) - starts[seg])
             parent = seg if live is None else live[seg]
             coords = [c.of(parent) if isinstance(c, _Affine) else c[seg] for c in coords]
             if child is None:
@@ -185,7 +185,10 @@ def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = Fa
                 coords.append(fl.crd[child])
             live = child
             P = total if child is None else int(fl.crd.shape[0])
-    lvl = [c.of(_positions(xp, live, P)) if isinstance(c, _Affine) else c for c in coords]
+    lvl = [
+        (c.of_all(xp, P, wdt) if live is None else c.of(live)) if isinstance(c, _Affine) else c
+        for c in coords
+    ]
     values = vals[:P] if live is None else vals[live]
     ent = Entries(
         xp,
