@@ -1,0 +1,198 @@
+"""Co-iteration of two sparse operands: union (add, subtract) and intersection (multiply).
+
+TACO lowers a union to a merge of two sorted coordinate streams and an intersection to a
+search of one stream in the other.  Here the same is written once against ``xp`` (NumPy on the
+CPU, CuPy on the GPU), with no loop over entries:
+
+1. each operand's entries are mapped to the *result format's* level coordinates and
+   linearised into one int64 key per entry (``key = ((c0 * S1) + c1) * S2 + ...``), so that
+   key order is the result's storage order; operands already stored in that order are not
+   sorted, others are sorted once; duplicates are summed;
+2. union: ``searchsorted`` gives every entry of each stream its slot in the merged stream
+   (``i + #{b < a_i}`` and ``j + #{a <= b_j}``), equal neighbours are summed;
+   intersection: ``searchsorted`` finds each key of one stream in the other;
+3. results that are exactly zero are dropped (SciPy's rule for sparse-sparse arithmetic),
+   the keys are split back into level coordinates and :func:`~ust.convert.pack.pack` builds
+   the result's levels directly from the sorted, unique stream.
+
+When the result format's level space does not fit 63-bit keys, dimension coordinates
+(row-major) are used instead and the packer sorts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.convert.analysis import sort_prefix
+from ust.formats.model import Format
+from ust.runtime.errors import UnsupportedError
+
+__all__ = ["Keyed", "canonical", "intersection", "keyed", "to_tensor", "union"]
+
+_KEY_LIMIT = 2**63 - 1
+
+
+@dataclass
+class Keyed:
+    """Entries of one operand as sorted, unique int64 keys in a key space, plus values."""
+
+    xp: ModuleType
+    fmt: Format  # the format whose level space the keys linearise ("level" mode)
+    shape: tuple[int, ...]
+    mode: str  # "level": keys linearise fmt's level coordinates; "dims": row-major dimensions
+    extents: tuple[int, ...]
+    lows: tuple[int, ...]
+    keys: Any
+    values: Any
+
+    @property
+    def n(self) -> int:
+        return int(self.keys.shape[0])
+
+
+def key_space(
+    fmt: Format, shape: tuple[int, ...], mode: str | None = None
+) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """("level" | "dims", extents, lows) for keys of a tensor of ``shape`` stored in ``fmt``
+    (``mode="dims"`` asks for row-major dimension keys)."""
+    bounds = fmt.lvl_bounds(shape)
+    ext = tuple(max(hi - lo, 1) for lo, hi in bounds)
+    if mode != "dims" and math.prod(ext) <= _KEY_LIMIT:
+        return "level", ext, tuple(lo for lo, _ in bounds)
+    dims = tuple(max(int(s), 1) for s in shape)
+    if math.prod(dims) <= _KEY_LIMIT:
+        return "dims", dims, (0,) * len(dims)
+    raise UnsupportedError(
+        f"co-iteration needs one 63-bit key per entry; a {shape} tensor has more positions than "
+        f"2**63 (supported: tensors with fewer than 2**63 elements)"
+    )
+
+
+def _linearise(xp: ModuleType, coords: list[Any], extents: tuple[int, ...]) -> Any:
+    key: Any = None
+    for c, e in zip(coords, extents):
+        key = c.astype(np.int64) if key is None else key * e + c
+    return key if key is not None else xp.zeros(0, dtype=np.int64)
+
+
+def _starts(xp: ModuleType, keys: Any) -> Any:
+    """Index of the first entry of every run of equal keys (keys sorted)."""
+    mask = xp.empty(keys.shape[0], dtype=bool)
+    if keys.shape[0]:
+        mask[0] = True
+        xp.not_equal(keys[1:], keys[:-1], out=mask[1:])
+    return xp.flatnonzero(mask)
+
+
+def keyed(t: Any, fmt: Format, *, keep_zeros: bool = False, mode: str | None = None) -> Keyed:
+    """``t``'s entries as sorted unique keys of ``fmt``'s level space (duplicates summed);
+    ``mode="dims"``: row-major dimension keys instead."""
+    from ust.convert.unpack import unpack
+
+    xp = t.xp
+    mode, ext, lows = key_space(fmt, t.shape, mode)
+    ent = unpack(t, keep_zeros=keep_zeros)
+    if mode == "level":
+        lvl = list(ent.lvl) if ent.fmt == fmt else list(fmt.dim_to_lvl(ent.dims()))
+        coords = [c - lo if lo else c for c, lo in zip(lvl, lows)]
+        in_order = ent.sorted_by is not None and sort_prefix(ent.sorted_by, fmt) == 0
+    else:
+        coords = list(ent.dims())
+        in_order = False
+    keys = _linearise(xp, coords, ext)
+    values = ent.values
+    if not in_order and ent.n > 1:
+        if xp is np:
+            perm = _xp.stable_order(xp, coords, list(ext))
+        else:
+            perm = xp.argsort(keys)
+        keys, values = keys[perm], values[perm]
+    if not ent.unique and ent.n > 1:
+        st = _starts(xp, keys)
+        if int(st.shape[0]) < ent.n:
+            values = _xp.segment_sum(xp, values, st)
+            keys = keys[st]
+    return Keyed(xp, fmt, tuple(t.shape), mode, ext, lows, keys, values)
+
+
+def _nonzero(xp: ModuleType, keys: Any, values: Any) -> tuple[Any, Any]:
+    nz = xp.flatnonzero(values != 0)
+    if int(nz.shape[0]) == int(values.shape[0]):
+        return keys, values
+    return keys[nz], values[nz]
+
+
+def union(a: Keyed, b: Keyed, dtype: Any, *, negate_b: bool = False) -> tuple[Any, Any]:
+    """Keys and values of ``a + b`` (``a - b`` with ``negate_b``), zeros dropped."""
+    xp = a.xp
+    va = a.values.astype(dtype, copy=False)
+    vb = b.values.astype(dtype, copy=False)
+    if negate_b:
+        vb = xp.negative(vb)
+    if b.n == 0:
+        return _nonzero(xp, a.keys, va.copy())
+    if a.n == 0:
+        return _nonzero(xp, b.keys, vb.copy())
+    n = a.n + b.n
+    pa = xp.arange(a.n, dtype=np.int64) + xp.searchsorted(b.keys, a.keys, side="left")
+    pb = xp.arange(b.n, dtype=np.int64) + xp.searchsorted(a.keys, b.keys, side="right")
+    keys = xp.empty(n, dtype=np.int64)
+    vals = xp.empty(n, dtype=dtype)
+    keys[pa] = a.keys
+    keys[pb] = b.keys
+    vals[pa] = va
+    vals[pb] = vb
+    st = _starts(xp, keys)
+    if int(st.shape[0]) < n:
+        vals = _xp.segment_sum(xp, vals, st)
+        keys = keys[st]
+    return _nonzero(xp, keys, vals)
+
+
+def intersection(a: Keyed, b: Keyed, dtype: Any) -> tuple[Any, Any]:
+    """Keys and values of the elementwise product ``a * b``, zeros dropped."""
+    xp = a.xp
+    if a.n == 0 or b.n == 0:
+        return xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=dtype)
+    small, large = (a, b) if a.n <= b.n else (b, a)
+    idx = xp.minimum(xp.searchsorted(large.keys, small.keys), large.n - 1)
+    hit = xp.flatnonzero(large.keys[idx] == small.keys)
+    keys = small.keys[hit]
+    vals = small.values[hit].astype(dtype) * large.values[idx[hit]].astype(dtype)
+    return _nonzero(xp, keys, vals)
+
+
+def to_tensor(like: Keyed, keys: Any, values: Any, fmt: Format, *, index_dtype: Any = None) -> Any:
+    """Pack sorted unique keys of ``like``'s key space into a Tensor of ``fmt``."""
+    from ust.convert.dense import dense_format
+    from ust.convert.pack import pack
+    from ust.convert.unpack import Entries
+
+    xp = like.xp
+    coords: list[Any] = []
+    rem = keys
+    for e in reversed(like.extents[1:]):
+        coords.append(rem % e)
+        rem = rem // e
+    coords.append(rem)
+    coords.reverse()
+    lvl = [c + lo if lo else c for c, lo in zip(coords, like.lows)]
+    if like.mode == "level":
+        ent = Entries(xp, like.fmt, like.shape, lvl, values, like.fmt, True)
+    else:
+        ident = dense_format(len(like.shape))
+        ent = Entries(xp, ident, like.shape, lvl, values, ident, True)
+    return pack(ent, fmt, index_dtype=index_dtype)
+
+
+def canonical(t: Any, fmt: Format | None = None) -> Any:
+    """``t`` with duplicates summed and entries in storage order, in ``fmt`` (default: its own)."""
+    fmt = t.format if fmt is None else fmt
+    k = keyed(t, fmt, keep_zeros=True)
+    return to_tensor(k, k.keys, k.values, fmt)

@@ -1,0 +1,143 @@
+"""Elementwise arithmetic: sparse with sparse (union / intersection), with dense, with scalars.
+
+* sparse + sparse, sparse - sparse: union co-iteration; sparse * sparse: intersection.  Routes:
+  SciPy's compiled kernels for two canonical CSR / CSC / BSR operands on the CPU, cuSPARSE
+  ``csrgeam2`` through CuPy for two canonical CSR operands on the GPU, and everywhere else the
+  co-iteration array program of :mod:`ust.algebra.coiterate`.  Exact zeros of the result are
+  dropped, as SciPy drops them.
+* sparse * scalar, sparse / scalar, -sparse, sparse * dense (broadcast to the sparse shape):
+  the structure is kept (index buffers copied, never shared with the input) and only the
+  stored values are computed.
+* sparse + dense: a dense array (as SciPy returns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ust.algebra.coiterate import intersection, keyed, to_tensor, union
+from ust.algebra.problem import choose, problem
+from ust.formats.model import Format
+from ust.runtime.errors import ShapeError, UnsupportedError
+
+__all__ = ["binary_sparse", "dense_plus", "map_values", "sampled_dense"]
+
+# (op, negate_b) -> the SciPy / cupyx expression on two library objects
+_LIBRARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda x, y: x + y,
+    "subtract": lambda x, y: x - y,
+    "multiply": lambda x, y: x.multiply(y),
+}
+
+
+def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    from ust.algebra.library import from_library
+
+    return from_library(_LIBRARY_OPS[op](a.to_scipy(), b.to_scipy()), fmt)
+
+
+def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    from ust.algebra.library import from_library
+
+    return from_library(_LIBRARY_OPS[op](a.to_cupyx(), b.to_cupyx()), fmt)
+
+
+def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    ka, kb = keyed(a, fmt), keyed(b, fmt)
+    if op == "multiply":
+        keys, vals = intersection(ka, kb, dtype)
+    else:
+        keys, vals = union(ka, kb, dtype, negate_b=op == "subtract")
+    return to_tensor(ka, keys, vals, fmt)
+
+
+_ROUTES: dict[str, Callable[[str, Any, Any, Format, Any], Any]] = {
+    "scipy": _scipy,
+    "cupyx": _cupyx,
+    "array-program": _array,
+}
+
+
+def binary_sparse(
+    op: str, a: Any, b: Any, fmt: Format, route: str | None = None, *, dry: bool = False
+) -> tuple[Any, Any]:
+    """``a op b`` for two sparse tensors on one device; returns (result, decision) (``dry``: the
+    checks and the decision only, result None)."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise ShapeError(f"{op}: operand shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    if fmt.ndim != a.ndim:
+        raise ShapeError(
+            f"{op}: result format {fmt.map_text()} has {fmt.ndim} dimensions, the operands {a.ndim}"
+        )
+    fmt.lvl_bounds(a.shape)  # block sizes must divide the shape: FormatError before any work
+    dtype = np.result_type(a.dtype, b.dtype)
+    p = problem("multiply" if op == "multiply" else "add", a, device=a.device, dtype=dtype, other=b)
+    d = choose(p, route)
+    if dry:
+        return None, d
+    return _ROUTES[d.route](op, a, b, fmt, dtype), d
+
+
+# ----------------------------------------------------------------------------- structure kept
+
+
+def _copy_structure(t: Any, values: Any) -> Any:
+    """A tensor with ``t``'s structure (index buffers copied) and new ``values``."""
+    from ust.tensor import Tensor
+
+    nl = t.format.nlevels
+    return Tensor(
+        t.shape,
+        t.format,
+        values,
+        pos=[None if t.pos(k) is None else t.pos(k).copy() for k in range(nl)],
+        crd=[None if t.crd(k) is None else t.crd(k).copy() for k in range(nl)],
+        index_dtype=t.index_dtype,
+        check=False,
+    )
+
+
+def map_values(t: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to every stored value (scalar products, negation, division)."""
+    vals = fn(t.values)
+    if vals is t.values:
+        vals = vals.copy()
+    return _copy_structure(t, vals)
+
+
+def sampled_dense(t: Any, dense: Any, fn: Callable[[Any, Any], Any]) -> Any:
+    """``fn(values, dense[coords])`` on ``t``'s stored slots (dense broadcast to ``t.shape``)."""
+    from ust.algebra.slots import slots
+
+    xp = t.xp
+    try:
+        target = np.broadcast_shapes(tuple(dense.shape), tuple(t.shape))
+    except ValueError:
+        raise ShapeError(
+            f"a dense operand of shape {tuple(dense.shape)} does not broadcast to {t.shape}"
+        ) from None
+    if target != tuple(t.shape):
+        raise UnsupportedError(
+            f"a dense operand of shape {tuple(dense.shape)} would grow the sparse result beyond {t.shape}; "
+            "supported: dense operands that broadcast to the sparse operand's shape"
+        )
+    full = xp.broadcast_to(dense, t.shape)
+    sl = slots(t)
+    dtype = np.result_type(t.dtype, dense.dtype)
+    out = xp.zeros(t.values.shape, dtype=dtype)
+    flat = out.reshape(-1)
+    src = t.values.reshape(-1)
+    flat[sl.slot] = fn(src[sl.slot].astype(dtype), full[sl.dims].astype(dtype))
+    return _copy_structure(t, out)
+
+
+def dense_plus(t: Any, dense: Any, *, negate_sparse: bool = False, negate_dense: bool = False) -> Any:
+    """``t + dense`` (signs optional) as a dense array, broadcasting like NumPy."""
+    xp = t.xp
+    d = t.todense()
+    if negate_sparse:
+        d = xp.negative(d)
+    return d - dense if negate_dense else d + dense

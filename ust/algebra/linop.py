@@ -1,0 +1,69 @@
+"""A Tensor as a ``scipy.sparse.linalg.LinearOperator`` (CPU) or its cupyx twin (GPU).
+
+``matvec`` / ``matmat`` run ``ust.matmul`` (the planned SpMV / SpMM route for the format);
+``rmatvec`` / ``rmatmat`` compute ``A^H x`` through the transposed view (free: the same
+buffers under the permuted map) and conjugation of the vector, never of the matrix.  The
+planned ``Matmul`` objects are built once per operand shape and reused, so an iterative
+solver pays the planning once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["aslinearoperator"]
+
+
+class _Product:
+    """``A @ x`` through ust.matmul, with one planned Matmul per operand shape, reused."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+        self._plans: dict[tuple[tuple[int, ...], str, bool], Any] = {}
+
+    def __call__(self, x: Any) -> Any:
+        from ust.ops_matmul import Matmul
+
+        x = x if x.flags.c_contiguous else x.copy()
+        key = (tuple(x.shape), str(x.dtype), bool(x.flags.f_contiguous and x.ndim == 2))
+        mm = self._plans.get(key)
+        if mm is None:
+            mm = Matmul(self.a, x)
+            mm.plan()
+            self._plans[key] = mm
+        else:
+            mm.reset_operands_unchecked(b=x)
+        return mm.execute().copy()
+
+
+def aslinearoperator(a: Any) -> Any:
+    """A LinearOperator of ``a`` (any 2-D ust Tensor or sparse matrix) for iterative solvers.
+
+    >>> import numpy as np, scipy.sparse as sp, scipy.sparse.linalg as spla
+    >>> from ust.convert import asarray
+    >>> A = asarray(sp.diags_array([4.0, -1.0, -1.0], offsets=[0, 1, -1], shape=(50, 50)), "DIA")
+    >>> x, info = spla.cg(aslinearoperator(A), np.ones(50))
+    >>> info, bool(np.allclose(A.to_scipy() @ x, 1, atol=1e-4))
+    (0, True)
+    """
+    from ust.algebra.operands import as_tensor, require_2d
+    from ust.algebra.transpose import transpose
+
+    t = as_tensor(a)
+    require_2d(t, "aslinearoperator")
+    forward = _Product(t)
+    backward = _Product(transpose(t))
+    is_complex = np.dtype(t.dtype).kind == "c"
+
+    def rmatvec(x: Any) -> Any:
+        return backward(x.conj()).conj() if is_complex else backward(x)
+
+    if t.device == "cpu":
+        from scipy.sparse.linalg import LinearOperator
+    else:  # pragma: no cover - GPU
+        from cupyx.scipy.sparse.linalg import LinearOperator
+    return LinearOperator(
+        t.shape, matvec=forward, rmatvec=rmatvec, matmat=forward, rmatmat=rmatvec, dtype=t.dtype
+    )

@@ -1,0 +1,123 @@
+"""The planner's view of an algebra op, the route decision, and the text ``ust.explain`` prints.
+
+The rule table (:mod:`ust.plan.rules`) is shared with SpMV/SpMM; algebra ops add one field,
+``other``: the second operand's class text (``"CSR"``, ``"BSR[2, 2]"``), ``"DENSE"``,
+``"SCALAR"``, or ``""`` for a unary op.  A forced ``route=`` (tests, benchmarks) must be one the
+table lists for the problem, else UnsupportedError names the ones it does list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ust.plan import Decision, Problem, classify, decide
+from ust.plan.planner import candidates
+from ust.runtime.errors import UnsupportedError
+from ust.runtime.log import get_logger
+
+__all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem"]
+
+_log = get_logger("ops.algebra")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgebraProblem(Problem):
+    """A :class:`~ust.plan.rules.Problem` plus the second operand's class (``""``: none)."""
+
+    other: str = ""
+
+
+def class_text(t: Any) -> str:
+    """``"CSR"``, ``"BSR[2, 2]"``, ``"OTHER"``: the format class of a tensor, with parameters."""
+    fc = classify(t.format)
+    return str(fc)
+
+
+def problem(
+    op: str, a: Any, *, device: str, dtype: Any, other: Any = None, other_kind: str = ""
+) -> AlgebraProblem:
+    """The planner's view of ``op`` on tensor ``a`` (and a second operand ``other``)."""
+    fc = classify(a.format)
+    canonical = fc.canonical
+    other_text = other_kind.upper()
+    if other is not None:
+        ofc = classify(other.format)
+        other_text = str(ofc)
+        canonical = canonical and ofc.canonical
+    return AlgebraProblem(
+        op=op,
+        device="cuda" if device.startswith("cuda") else "cpu",
+        format_class=fc.name,
+        format_params=fc.params,
+        canonical=canonical,
+        dtype=str(np.dtype(dtype)),
+        index_dtype=str(np.dtype(a.index_dtype)),
+        plain=True,
+        ndim=a.ndim,
+        batched=a.is_batched,
+        other=other_text,
+    )
+
+
+def choose(p: AlgebraProblem, route: str | None = None) -> Decision:
+    """The planner's decision, or the forced ``route`` when the table lists it for ``p``."""
+    d = decide(p)
+    if route is None or route == d.route:
+        _log.info("route for %s: %s (%s)", p.op, d.route, d.reason)
+        return d
+    for rule in candidates(p):
+        if rule.route == route:
+            reason = rule.reason.format(fmt=_fmt(p), dtype=p.dtype) + " (forced by route=)"
+            _log.info("route for %s: %s (%s)", p.op, rule.route, reason)
+            return Decision(p, rule, reason, tuple(r for r in candidates(p) if r is not rule))
+    names = ", ".join(dict.fromkeys(r.route for r in candidates(p)))
+    raise UnsupportedError(
+        f"route {route!r} does not apply to {p.op} on {p.device} with {_fmt(p)}; candidates: {names}"
+    )
+
+
+def _fmt(p: Problem) -> str:
+    return p.format_class + (f"[{', '.join(map(str, p.format_params))}]" if p.format_params else "")
+
+
+_OPS = {
+    "spgemm": "A @ B with both operands sparse (SpGEMM)",
+    "sddmm": "alpha * (A @ B) at S's stored positions + beta * S (SDDMM)",
+    "add": "elementwise A + B / A - B (union)",
+    "multiply": "elementwise A * B (intersection)",
+    "scale": "A * scalar, A / scalar, -A, A * dense (structure kept)",
+    "sum": "sum over all entries or one axis",
+    "max": "max with implicit zeros counted",
+    "min": "min with implicit zeros counted",
+    "transpose": "transpose (a permuted map over the same buffers)",
+}
+
+
+def explain_text(d: Decision, a: Any, *, result_format: Any = None, extra: str = "") -> str:
+    """The plan as text: operation, operands, route, reason, other candidates."""
+    p = d.problem
+    lines = [
+        f"operation: {p.op} ({_OPS.get(p.op, p.op)})",
+        f"A: {a.format.standard_name or 'custom'} {a.format.to_text()}  shape {tuple(a.shape)}  "
+        f"{a.dtype} values, {np.dtype(a.index_dtype)} indices",
+    ]
+    other = getattr(p, "other", "")
+    if other:
+        lines.append(f"second operand: {other}")
+    lines += [
+        f"execution space: {a.device if p.device == 'cuda' else 'cpu'}",
+        f"route: {d.route}",
+        f"reason: {d.reason}",
+    ]
+    if d.rule.convert_to:
+        lines.append(f"conversion: operands -> {d.rule.convert_to} first")
+    if result_format is not None:
+        lines.append(f"result format: {result_format.standard_name or 'custom'} {result_format.to_text()}")
+    if extra:
+        lines.append(extra)
+    if d.alternatives:
+        lines.append("other candidates: " + ", ".join(dict.fromkeys(r.route for r in d.alternatives)))
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Reductions: ``sum``, ``max`` and ``min`` over all entries or along one axis.
+
+Semantics are SciPy's (``scipy.sparse`` arrays): ``sum`` accumulates in NumPy's sum dtype
+(small integers widen to int64 / uint64); ``max`` / ``min`` count implicit zeros -- a row
+(axis=1) or column (axis=0) that does not store all of its positions takes part with a 0,
+an all-empty row gives 0 -- and duplicates are summed first.  Axis results are dense arrays
+(SciPy returns them as a 1-D COO array for max/min: the same values).
+
+The array program, written once against ``xp``: the entries' coordinates along the kept
+dimensions become a group id; sums are segmented sums over entries sorted by group (not
+sorted again when they already are, e.g. CSR rows); extremes use ``maximum.at`` /
+``minimum.at`` (on CuPy: atomics), complex values lexicographically as NumPy orders them.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ust.convert import _xp
+from ust.runtime.errors import ShapeError
+
+__all__ = ["check_axis", "extreme_array", "segment_extreme", "sum_array", "sum_dtype"]
+
+
+def sum_dtype(dtype: Any) -> np.dtype:
+    """NumPy's (and SciPy's) accumulator dtype for a sum of ``dtype`` values."""
+    return np.zeros(0, dtype=dtype).sum().dtype
+
+
+def check_axis(ndim: int, axis: Any) -> int | None:
+    if axis is None:
+        return None
+    if isinstance(axis, (tuple, list)):
+        if len(axis) == ndim:
+            return None
+        if len(axis) != 1:
+            raise ShapeError(f"axis {axis!r}: supported: None or one axis")
+        axis = axis[0]
+    try:
+        ax = int(axis)
+    except (TypeError, ValueError):
+        raise ShapeError(f"axis must be None or an integer, not {axis!r}") from None
+    if not -ndim <= ax < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a {ndim}-D tensor")
+    return ax % ndim
+
+
+def _groups(
+    xp: ModuleType, dims: tuple[Any, ...], shape: tuple[int, ...], axis: int
+) -> tuple[Any, tuple[int, ...]]:
+    keep = [d for d in range(len(shape)) if d != axis]
+    out_shape = tuple(shape[d] for d in keep)
+    g: Any = None
+    for d in keep:
+        g = dims[d].astype(np.int64) if g is None else g * shape[d] + dims[d]
+    return g, out_shape
+
+
+def _sorted(xp: ModuleType, g: Any) -> bool:
+    return int(g.shape[0]) < 2 or bool(xp.all(g[1:] >= g[:-1]))
+
+
+def sum_array(t: Any, axis: int | None) -> Any:
+    """``t.sum(axis)`` as an array program (scalar for ``axis=None``)."""
+    from ust.convert.unpack import unpack
+
+    xp = t.xp
+    sdt = sum_dtype(t.dtype)
+    ent = unpack(t)
+    vals = ent.values.astype(sdt, copy=False)
+    if axis is None:
+        return vals.sum(dtype=sdt)
+    g, out_shape = _groups(xp, ent.dims(), t.shape, axis)
+    G = math.prod(out_shape)
+    out = xp.zeros(G, dtype=sdt)
+    if ent.n:
+        if not _sorted(xp, g):
+            if xp is np:
+                perm, _ = (
+                    _xp.counting_sort(xp, g, G) if G <= 1 << 26 else (np.argsort(g, kind="stable"), None)
+                )
+            else:
+                perm = xp.argsort(g)
+            g, vals = g[perm], vals[perm]
+        mask = xp.empty(g.shape[0], dtype=bool)
+        mask[0] = True
+        xp.not_equal(g[1:], g[:-1], out=mask[1:])
+        starts = xp.flatnonzero(mask)
+        out[g[starts]] = _xp.segment_sum(xp, vals, starts)
+    return out.reshape(out_shape)
+
+
+# ----------------------------------------------------------------------------- max / min
+
+_WORK = {1: np.int32, 2: np.int32}  # atomics need 32-bit words: small ints widen (exactly)
+
+
+def _identity(dtype: np.dtype, op: str) -> Any:
+    if dtype.kind == "f":
+        return -np.inf if op == "maximum" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "maximum" else info.max
+
+
+def segment_extreme(xp: ModuleType, op: str, values: Any, group: Any, G: int) -> Any:
+    """Per-group ``op`` ("maximum" / "minimum") of ``values``; empty groups hold op's identity.
+
+    Complex values compare lexicographically (real part, then imaginary), as NumPy orders them.
+    """
+    dt = np.dtype(values.dtype)
+    if dt.kind == "c":
+        re = segment_extreme(xp, op, xp.ascontiguousarray(values.real), group, G)
+        tie = values.real == re[group]
+        fill = -np.inf if op == "maximum" else np.inf
+        im = segment_extreme(xp, op, xp.where(tie, values.imag, fill), group, G)
+        out = xp.empty(G, dtype=dt)
+        out.real = re
+        out.imag = im
+        return out
+    work = dt
+    if dt.kind in "iu" and dt.itemsize < 4:
+        work = np.dtype(np.int32 if dt.kind == "i" else np.uint32)
+    elif dt.kind == "f" and dt.itemsize < 4:
+        work = np.dtype(np.float32)
+    out = xp.full(G, _identity(work, op), dtype=work)
+    getattr(xp, op).at(out, group, values.astype(work, copy=False))
+    return out.astype(dt, copy=False)
+
+
+def _with_zero(xp: ModuleType, op: str, x: Any) -> Any:
+    """``op(x, 0)`` elementwise (complex lexicographically)."""
+    if np.dtype(x.dtype).kind != "c":
+        return getattr(xp, op)(x, x.dtype.type(0))
+    below = (x.real < 0) | ((x.real == 0) & (x.imag < 0))
+    pick_zero = below if op == "maximum" else ~below & (x != 0)
+    return xp.where(pick_zero, x.dtype.type(0), x)
+
+
+def extreme_array(t: Any, axis: int | None, op: str) -> Any:
+    """``t.max(axis)`` (op "maximum") or ``t.min(axis)`` (op "minimum") as an array program."""
+    from ust.algebra.coiterate import keyed
+
+    xp = t.xp
+    if 0 in t.shape:
+        raise ShapeError(f"zero-size tensor of shape {t.shape}: {op} has no identity")
+    k = keyed(t, t.format, mode="dims")
+    dims = _decode(xp, k.keys, t.shape)
+    if axis is None:
+        total = math.prod(t.shape)
+        if k.n == 0:
+            return t.dtype.type(0) if xp is np else xp.zeros((), dtype=t.dtype)
+        m = segment_extreme(xp, op, k.values, xp.zeros(k.n, dtype=np.int64), 1)
+        if k.n < total:
+            m = _with_zero(xp, op, m)
+        return m[0] if xp is np else m.reshape(())
+    g, out_shape = _groups(xp, dims, t.shape, axis)
+    G = math.prod(out_shape)
+    counts = xp.bincount(g, minlength=G) if k.n else xp.zeros(G, dtype=np.int64)
+    ext = segment_extreme(xp, op, k.values, g, G) if k.n else xp.zeros(G, dtype=t.dtype)
+    full = counts == t.shape[axis]
+    res = xp.where(full, ext, _with_zero(xp, op, ext))
+    res = xp.where(counts == 0, t.dtype.type(0), res)
+    return res.astype(t.dtype, copy=False).reshape(out_shape)
+
+
+def _decode(xp: ModuleType, keys: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Row-major keys back to dimension coordinates."""
+    out: list[Any] = []
+    rem = keys
+    for s in reversed(shape[1:]):
+        out.append(rem % s)
+        rem = rem // s
+    out.append(rem)
+    return tuple(reversed(out))
