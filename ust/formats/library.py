@@ -123,6 +123,9 @@ def load_formats(path: str | os.PathLike[str]) -> dict[str, Format | FormatTempl
 
 @functools.lru_cache(maxsize=4096)
 def _format_from_text(text: str) -> Format:
+    """The one cache behind :func:`format`: DSL text and standard names alike."""
+    if _NAME_RE.match(text) and "->" not in text:
+        return get(text)
     from ust.grammar.parser import parse_spec
 
     return build_format(parse_spec(text))
@@ -157,8 +160,6 @@ def format(text: str) -> Format:  # noqa: A001 - the public name is ust.format
         return text
     if not isinstance(text, str):
         raise TypeError(f"ust.format expects a str, not {type(text).__name__}")
-    if _NAME_RE.match(text) and "->" not in text:
-        return get(text)
     return _format_from_text(text)
 
 

@@ -44,13 +44,13 @@ class _FastContextualLexer:
         ctr = lexer_state.line_ctr
         pos, line, line_start = ctr.char_pos, ctr.line, ctr.line_start_pos
         tables, skip = self.tables, self.skip
+        make_token = getattr(Token, "_future_new", Token)  # Token() minus its deprecation shim
         while True:
             if skip is not None:
                 nxt = skip.match(text, pos, end).end()  # type: ignore[union-attr]
                 if nxt > pos:
-                    nl = text.count("\n", pos, nxt)
-                    if nl:
-                        line += nl
+                    if text.find("\n", pos, nxt) >= 0:
+                        line += text.count("\n", pos, nxt)
                         line_start = text.rindex("\n", pos, nxt) + 1
                     pos = nxt
             if pos >= end:
@@ -68,7 +68,7 @@ class _FastContextualLexer:
                 yield from self.inner.lex(lexer_state, parser_state)
                 return
             value = m.group(0)
-            tok = Token(m.lastgroup, value, pos, line, pos - line_start + 1)
+            tok = make_token(m.lastgroup, value, pos, line, pos - line_start + 1)
             callback = table[1].get(tok.type)  # type: ignore[index]
             if callback is not None:
                 tok = callback(tok)
