@@ -375,3 +375,17 @@ def test_fast_lexer_matches_larks_lexer(text: str, start: str) -> None:
             raise
 
     assert _outcome(grammar_parser._parse, text, start) == _outcome(via_stock, text, start)
+
+
+def test_import_ust_builds_no_parser() -> None:
+    """Importing ust loads neither Lark nor the standard library; the first format does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ust, ust.formats.library as lib; "
+        "print('lark' in sys.modules, lib._standard.cache_info().currsize); "
+        "ust.format('CSR'); print('lark' in sys.modules, lib._standard.cache_info().currsize)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "0", "True", "1"]
