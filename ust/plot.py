@@ -102,7 +102,7 @@ def _pattern_panel(ax: Any, t: Tensor, max_entries: int) -> None:
     rows, cols, vals = stored_grid(t)
     n = rows.shape[0]
     nz = int(np.count_nonzero(vals))
-    head = f"{n} stored entries ({nz} nonzero, {n - nz} zero: grey) in {R} x {C}"
+    head = f"{n} stored entries ({nz} nonzero, {n - nz} zero) in {R} x {C}"
     ax.set_title(head, fontsize=10)
     if R == 0 or C == 0:
         ax.text(0.5, 0.5, "empty", ha="center", va="center", transform=ax.transAxes)
@@ -117,6 +117,7 @@ def _pattern_panel(ax: Any, t: Tensor, max_entries: int) -> None:
         img[zeros] = np.nan
         ax.imshow(np.where(zeros, 1.0, np.nan), cmap="Greys", vmin=0, vmax=4, interpolation="nearest")
         ax.imshow(img, cmap="viridis", interpolation="nearest")
+        ax.set_title(head.replace(" zero)", " zero: grey)"), fontsize=10)
         ax.set_xticks(np.arange(-0.5, C, 1), minor=True)
         ax.set_yticks(np.arange(-0.5, R, 1), minor=True)
         ax.grid(which="minor", color="#dddddd", linewidth=0.5)
