@@ -76,11 +76,15 @@ def try_time(timer: Callable[..., float], fn: Callable[[], Any], **kw: Any) -> f
 
 
 def nvmath_module() -> Any:
+    """nvmath-python with its dense matmul and FFT, or None when it does not import here."""
     try:
         import nvmath
+        import nvmath.fft
+        import nvmath.linalg.advanced
 
         return nvmath
-    except Exception:
+    except Exception as exc:
+        print(f"nvmath-python not used: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
 
 
