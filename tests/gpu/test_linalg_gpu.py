@@ -88,9 +88,13 @@ def test_scipy_operands_on_cuda(name: str, k: int | None) -> None:
     assert_close(x, reference(a, b))
 
 
-def test_default_execution_is_the_gpu_for_scipy_operands(caplog: pytest.LogCaptureFixture) -> None:
+def test_scipy_operands_run_on_the_cpu_unless_asked(caplog: pytest.LogCaptureFixture) -> None:
     a, b = general(100), rhs(100, None)
     with caplog.at_level(logging.INFO, logger="ust"), L.DirectSolver(a, b) as s:
+        assert s.backend == "superlu"
+        assert_close(s.execute(), reference(a, b))
+    assert "operands are in cpu memory; the execution space is cpu" in caplog.text
+    with caplog.at_level(logging.INFO, logger="ust"), L.DirectSolver(a, b, execution="cuda") as s:
         assert s.backend == "cudss"
         assert_close(s.execute(), reference(a, b))
     assert "operands are in cpu memory; the execution space is cuda device 0" in caplog.text
@@ -265,8 +269,9 @@ def test_saved_plan_reuses_the_reordering(tmp_path: object) -> None:
     with L.DirectSolver.load_plan(path, a2, b, options={"matrix_type": "spd"}, execution="cuda") as s2:
         assert s2.plan().from_saved_plan
         f2 = s2.factorize()
-        # the same fill shows the saved permutation was taken the right way round
-        assert f2.lu_nnz == f.lu_nnz
+        # about the same fill shows the saved permutation was taken the right way round (the
+        # inverse permutation fills in far more); cuDSS's supernode amalgamation may differ a little
+        assert abs(f2.lu_nnz - f.lu_nnz) <= 0.01 * f.lu_nnz
         assert_close(s2.solve(), reference(a2, b))
     code = (
         "import numpy as np, scipy.sparse as sp, ust.linalg as L\n"

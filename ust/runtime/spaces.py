@@ -115,9 +115,10 @@ def operand_package(x: Any) -> str:
 
 
 def _cupy_space(x: Any) -> ExecutionSpace:
-    dev = getattr(x, "device", None)
-    if dev is None:  # cupyx sparse matrices keep their device on the data array
+    if type(x).__module__.startswith("cupyx"):  # cupyx sparse: ``.device`` raises NotImplementedError
         dev = x.data.device
+    else:
+        dev = x.device
     return ExecutionSpace("cuda", int(dev.id))
 
 
