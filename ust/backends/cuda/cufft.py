@@ -113,8 +113,10 @@ class GpuFFT:
                 from cupyx.scipy.fftpack import get_fft_plan
 
                 shape = (n,) if isinstance(n, int) else n
-                self.plan = get_fft_plan(x, shape=shape, axes=axes, value_type=_VALUE_TYPE[kind])
-                _log.info("cuFFT plan: %s kept for cupyx.scipy.fft.%s", type(self.plan).__name__, kind)
+                plan = get_fft_plan(x, shape=shape, axes=axes, value_type=_VALUE_TYPE[kind])
+                if type(plan).__name__ == ("PlanNd" if kind in _ND else "Plan1d"):
+                    self.plan = plan
+                    _log.info("cuFFT plan: %s kept for cupyx.scipy.fft.%s", type(plan).__name__, kind)
             except Exception as exc:  # layouts cuFFT plans do not cover: CuPy's own path per call
                 _log.info("no reusable cuFFT plan for this %s (%s); CuPy plans per call", kind, exc)
 
@@ -135,7 +137,7 @@ class GpuFFT:
                     if self.kind in _ND:
                         return fn(x, s=self.n, axes=self.axes, norm=self.norm, plan=self.plan)
                     return fn(x, n=self.n, axis=self.axes, norm=self.norm, plan=self.plan)
-                except ValueError as exc:  # the plan does not fit after all
+                except Exception as exc:  # the plan does not fit after all
                     _log.info("the kept cuFFT plan does not fit (%s); CuPy plans per call from now on", exc)
                     self.plan = None
             return one_shot(self.kind, x, self.n, self.axes, self.norm)
