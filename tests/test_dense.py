@@ -946,3 +946,53 @@ def test_gpu_execution_override_with_stand_ins(stand_in_gpu):
     d = dense.matmul(a, b, execution="cuda")  # NumPy operands run on the (stand-in) GPU, come back NumPy
     assert type(d) is np.ndarray
     close(d, reference(a, b), "float32")
+
+
+class FakePlan1d:
+    """cupy.cuda.cufft.Plan1d over NumPy: unnormalised transforms along the last axis, as cuFFT's."""
+
+    def __init__(self, n, fft_type, batch):
+        self.n, self.fft_type, self.batch = n, fft_type, batch
+
+    def fft(self, a, out, direction):
+        assert a.shape[-1] == self.n and a.size // self.n == self.batch
+        x = np.asarray(a)
+        if self.fft_type in ("R2C", "D2Z"):
+            y = np.fft.rfft(x)
+        else:
+            y = np.fft.fft(x) if direction == -1 else np.fft.ifft(x) * self.n
+        out[...] = y
+
+
+@pytest.fixture
+def stand_in_cufft(stand_in_gpu, monkeypatch):
+    fake = sys.modules["cupy"]
+    cufft = types.SimpleNamespace(
+        CUFFT_C2C="C2C", CUFFT_Z2Z="Z2Z", CUFFT_R2C="R2C", CUFFT_D2Z="D2Z",
+        CUFFT_FORWARD=-1, CUFFT_INVERSE=1, Plan1d=FakePlan1d, getVersion=lambda: 12000,
+    )  # fmt: skip
+    fake.cuda.cufft = cufft
+    fake.result_type = np.result_type
+    fake.complex64 = np.complex64
+    monkeypatch.setitem(sys.modules, "cupy.cuda", fake.cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.cufft", cufft)
+    return cufft
+
+
+@pytest.mark.parametrize("kind", ["fft", "ifft", "rfft"])
+@pytest.mark.parametrize("norm", [None, "ortho", "forward"])
+@pytest.mark.parametrize("dtype", ["float32", "complex128"])
+def test_gpu_stateful_fft_direct_plan_with_stand_ins(stand_in_cufft, tmp_path, kind, norm, dtype):
+    if kind == "rfft" and dtype.startswith("complex"):
+        pytest.skip("rfft takes real input")
+    x = rand((3, 32), dtype if kind == "rfft" else ("complex64" if dtype == "float32" else dtype))
+    with dense.FFT(dev(x), kind, norm=norm) as f:
+        f.plan(epilog=np.multiply, epilog_args=(2.0,))
+        assert f.route == "cufft" and f._runner.direct is not None
+        want = 2 * getattr(sfft, kind)(x, norm=norm)
+        got = np.asarray(f.execute())
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        f.save_plan(tmp_path / "f.json")
+    with dense.FFT(dev(x), kind, norm=norm) as g:
+        assert g.load_plan(tmp_path / "f.json") is True
