@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.runtime.errors import InvalidValueError
+from ust.runtime.errors import InvalidValueError, ShapeError
 
 if TYPE_CHECKING:
     from ust.formats.model import Format
@@ -48,7 +49,7 @@ _FILE_SUFFIXES = (".mtx", ".mm", ".npz", ".h5", ".hdf5", ".gz", ".bz2")
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+        shape = tuple(int(s) for s in re.split(r"[,x]", text))
     except ValueError:
         shape = ()
     if not shape or any(s < 0 for s in shape):
@@ -204,7 +205,12 @@ def run_show(args: argparse.Namespace) -> int:
         origin = f"{target}: {_title(t.format)}"
     else:
         fmt = resolve(target)
-        t = sample_tensor(fmt, _parse_shape(args.shape) if args.shape else None)
+        shape = _parse_shape(args.shape) if args.shape else None
+        if shape is not None and len(shape) != fmt.ndim:
+            raise ShapeError(
+                f"--shape {args.shape} has {len(shape)} dimensions but the format has {fmt.ndim}"
+            )
+        t = sample_tensor(fmt, shape)
         what = " x ".join(map(str, t.shape)) if t.ndim > 1 else f"length-{t.shape[0]}"
         origin = f"{_title(fmt)}\n  a {what} sample with values 1, 2, 3, ... in row-major order"
         structured = [lv.type for lv in fmt.levels if lv.type.n]
