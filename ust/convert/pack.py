@@ -93,7 +93,8 @@ def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any
             done = _xp.bucket_sort(xp, c[0], extents[0], c[1], values)
         if done is not None:
             ptr0, c1, values = done
-            c = [_xp.expand_segments(xp, xp.diff(ptr0), ent.n, c1.dtype), c1]
+            # level 0's sorted coordinates are the bucket ids: built only when needed
+            c = [None if ent.unique else _xp.expand_segments(xp, xp.diff(ptr0), ent.n, c1.dtype), c1]
         else:
             perm = _xp.stable_order(xp, c[:p], extents[:p])
             c = [x[perm] for x in c]
@@ -141,6 +142,18 @@ def pack(
     c, values, chg, ptr0 = order_and_merge(ent, fmt, merge=not keep_dups)
     n = int(values.shape[0])
     wdt = _xp.work_dtype(n)
+    if ptr0 is not None and not keep_dups:
+        quick = _two_levels_from_buckets(xp, fmt, shape, ptr0, c[1], values, max_padding)
+        if quick is not None:
+            pos_q, crd_q, values, counts_q = quick
+            itype = (
+                np.dtype(index_dtype) if index_dtype is not None else choose_index_dtype(fmt, shape, counts_q)
+            )
+            pos_q = [None if a is None else _xp.as_index(a, itype) for a in pos_q]
+            crd_q = [None if a is None else _xp.as_index(a, itype) for a in crd_q]
+            return Tensor(shape, fmt, values, pos=pos_q, crd=crd_q, index_dtype=itype, check=False)
+    if c[0] is None:
+        c[0] = _xp.expand_segments(xp, xp.diff(ptr0), n, c[1].dtype)
     unique = not keep_dups  # merged (or the source was unique)
     first_per_entry = per_entry_start(fmt) if keep_dups else L
 
@@ -240,6 +253,53 @@ def pack(
     if nb:
         pos, crd, values = _batchify(xp, fmt, shape, nb, pos, crd, values, itype)
     return Tensor(shape, fmt, values, pos=pos, crd=crd, index_dtype=itype, check=False)
+
+
+def _two_levels_from_buckets(
+    xp: ModuleType,
+    fmt: Format,
+    shape: tuple[int, ...],
+    ptr0: Any,
+    c1: Any,
+    values: Any,
+    max_padding: int | None,
+) -> tuple[list[Any], list[Any], Any, list[int]] | None:
+    """Two-level targets built straight from level 0's counting pass (its bucket pointers):
+    CSC/CSR (dense, compressed), DCSC/DCSR (compressed, compressed), COO-like
+    (compressed(nonunique), singleton) and DIA-like (compressed, range/dense).  None when the
+    target is another shape."""
+    f0, f1 = fmt.levels[0].format, fmt.levels[1].format
+    (lo0, hi0), (lo1, hi1) = fmt.lvl_bounds(shape)
+    n = int(values.shape[0])
+    counts = xp.diff(ptr0)
+    wdt = _xp.work_dtype(n, hi0 - lo0)
+    if f0 is LevelFormat.DENSE and f1 is LevelFormat.COMPRESSED:
+        return [None, ptr0], [None, _shift(c1, lo1)], values, [hi0 - lo0, n]
+    if f0 is not LevelFormat.COMPRESSED:
+        return None
+    root = xp.asarray(np.array([0, 0], dtype=np.int64))
+    if f1 is LevelFormat.SINGLETON:  # COO: one level-0 position per entry
+        root[1] = n
+        c0 = _xp.expand_segments(xp, counts, n, wdt)
+        return [root, None], [_shift(c0, lo0), _shift(c1, lo1)], values, [n, n]
+    if not fmt.levels[0].type.unique:
+        return None
+    nonempty = xp.flatnonzero(counts)
+    P0 = int(nonempty.shape[0])
+    root[1] = P0
+    crd0 = _shift(nonempty.astype(wdt, copy=False), lo0)
+    if f1 is LevelFormat.COMPRESSED:
+        ptr1 = xp.concatenate([ptr0[:1], ptr0[1:][nonempty]])
+        return [root, ptr1], [crd0, _shift(c1, lo1)], values, [P0, n]
+    if f1 in (LevelFormat.DENSE, LevelFormat.RANGE):
+        S1 = hi1 - lo1
+        _check_padding(fmt, shape, P0 * S1, n, max_padding)
+        pdt = _xp.work_dtype(P0 * S1)
+        pe = _xp.expand_segments(xp, counts[nonempty], n, pdt) * S1 + c1
+        out = xp.zeros(P0 * S1, dtype=values.dtype)
+        out[pe] = values
+        return [root, None], [crd0, None], out, [P0, P0 * S1]
+    return None
 
 
 def _shift(a: Any, lo: int) -> Any:
