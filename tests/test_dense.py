@@ -719,6 +719,7 @@ def _fake_cupy():
         __name__="cupy",
         empty=wrap(np.empty),
         zeros=wrap(np.zeros),
+        broadcast_to=wrap(np.broadcast_to),
         tanh=np.tanh,
         add=np.add,
         maximum=np.maximum,
@@ -737,6 +738,7 @@ class FakeCublasLt:
     def __init__(self):
         self.objects = {}
         self.calls = []
+        self.refuse_broadcast = False
 
     def _new(self, out, value):
         key = len(self.objects) + 1000
@@ -751,6 +753,12 @@ class FakeCublasLt:
             return 0
 
         def heuristic(h, desc, a, b, c, d, pref, count, results, returned):
+            if self.refuse_broadcast and any(
+                self.objects[x]["attrs"].get(lt._LAYOUT_BATCH_COUNT, 1) > 1
+                and self.objects[x]["attrs"].get(lt._LAYOUT_BATCH_OFFSET, 0) == 0
+                for x in (a, b, c)
+            ):
+                return 15  # CUBLAS_STATUS_NOT_SUPPORTED, as a library that takes no stride 0 would say
             for i in range(2):  # two candidates, as a heuristic returns several
                 results[i].algo.data[0] = 41 + i
                 results[i].workspaceSize = 64 * i
@@ -931,6 +939,19 @@ def test_gpu_empty_dimensions_with_stand_ins(stand_in_gpu, m, k, n):
         mm.plan(epilog="gelu_bias", epilog_inputs={"bias": dev(bias)})
         assert mm.route == "empty"
         close(np.asarray(mm.execute()), reference(a, b, c, 1, 2, "gelu_bias", bias), "float32")
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_gpu_broadcast_batches_with_stand_ins(stand_in_gpu, refuse, caplog):
+    stand_in_gpu.refuse_broadcast = refuse
+    a, b, c = rand((3, 5, 4), "float32"), rand((4, 2), "float32"), rand((5, 2), "float32")
+    with caplog.at_level(logging.INFO, logger="ust"), dense.Matmul(dev(a), dev(b), dev(c), beta=1) as mm:
+        mm.plan()
+        close(np.asarray(mm.execute()), reference(a, b, c, 1, 1), "float32")
+        b2 = rand((4, 2), "float32")
+        mm.reset_operands(b=dev(b2))
+        close(np.asarray(mm.execute()), reference(a, b2, c, 1, 1), "float32")
+    assert any("materialising" in r.getMessage() for r in caplog.records) == refuse
 
 
 def test_gpu_reset_to_a_layout_the_plan_cannot_take(stand_in_gpu):

@@ -714,33 +714,35 @@ class GpuMatmul:
         self.ops: dict[str, Any] = {}
         self.views: dict[str, tuple[str, int, int] | None] = {}
         self.copied: set[str] = set()
+        self.tf32 = tf32
+        self.workspace: Any = None
         with cupy.cuda.Device(device_id):
             for name, x in (("a", a), ("b", b), ("c", c), ("bias", bias)):
                 self.ops[name] = self._fit(name, x)
-                self.views[name] = None if self.ops[name] is None else self._view_of(name, self.ops[name])
-            va, vb, vc = self.views["a"], self.views["b"], self.views["c"]
-            assert va is not None and vb is not None
-            bias_stride = bias_batch_stride(self.ops["bias"], self.mnk_m_of_d())
-            self.problem = describe(
-                dtype=self.dtype,
-                shape=mnk,
-                batch_count=self.batch_count,
-                a=va,
-                b=vb,
-                c=vc,
-                d_order=self.d_order,
-                epilogue=epilog,
-                bias_batch_stride=bias_stride,
-                tf32=tf32,
-            )
-            self.lt = LtMatmul(self.problem, device_id, bias_ptr=self._ptr("bias"))
-            self.workspace: Any = None
-            if algorithm is not None:
-                self.planned_alignments = self._alignments()
-                self.lt.use_algorithm(algorithm)
-                self.workspace = cupy.empty(self.lt.workspace_size, dtype=np.uint8)
-            else:
-                self._search()
+            try:
+                self._build(algorithm)
+            except UnsupportedError:
+                broadcast = [
+                    n
+                    for n in ("a", "b", "c")
+                    if self.batch_count > 1 and (self.views.get(n) or ("", 0, 1))[2] == 0
+                ]
+                if not broadcast:
+                    raise
+                # cuBLASLt may refuse a batch stride of 0: give it every matrix of the batch
+                full = self._full_shapes()
+                for n in broadcast:
+                    x = self.ops[n]
+                    _log.info(
+                        "cuBLASLt takes no broadcast %s here; materialising it (%d bytes)",
+                        n,
+                        x.nbytes * self.batch_count,
+                    )
+                    self.ops[n] = _copy_to(cupy, cupy.broadcast_to(x, full[n]), self.d_order)
+                    self.copied.add(n)
+                if hasattr(self, "lt"):
+                    self.lt.free()
+                self._build(algorithm)
         _log.info(
             "cuBLASLt plan: %s, m=%d n=%d k=%d, batch %d, D %s-major, epilogue %s, compute type %s",
             self.dtype,
@@ -752,6 +754,37 @@ class GpuMatmul:
             epilog,
             COMPUTE_NAMES.get(self.problem.compute_type, self.problem.compute_type),
         )
+
+    def _build(self, algorithm: np.ndarray | None) -> None:
+        """Describe the bound operands, create the descriptors and pick an algorithm."""
+        for name, x in self.ops.items():
+            self.views[name] = None if x is None else self._view_of(name, x)
+        va, vb = self.views["a"], self.views["b"]
+        assert va is not None and vb is not None
+        self.problem = describe(
+            dtype=self.dtype,
+            shape=self.mnk,
+            batch_count=self.batch_count,
+            a=va,
+            b=vb,
+            c=self.views["c"],
+            d_order=self.d_order,
+            epilogue=self.epilog,
+            bias_batch_stride=bias_batch_stride(self.ops["bias"], self.mnk_m_of_d()),
+            tf32=self.tf32,
+        )
+        self.lt = LtMatmul(self.problem, self.device_id, bias_ptr=self._ptr("bias"))
+        if algorithm is not None:
+            self.planned_alignments = self._alignments()
+            self.lt.use_algorithm(algorithm)
+            if self.workspace is None or self.workspace.nbytes < self.lt.workspace_size:
+                self.workspace = self.cp.empty(self.lt.workspace_size, dtype=np.uint8)
+        else:
+            self._search()
+
+    def _full_shapes(self) -> dict[str, tuple[int, ...]]:
+        M, N, K = self.mnk
+        return {"a": (*self.batch, M, K), "b": (*self.batch, K, N), "c": (*self.batch, M, N)}
 
     def mnk_m_of_d(self) -> int:
         """Length of the bias vector: the rows of cuBLASLt's (possibly transposed) D."""
@@ -787,6 +820,8 @@ class GpuMatmul:
                         planned,
                         x.nbytes,
                     )
+                    if planned[2] != 0 and name in ("a", "b", "c"):  # the plan has every matrix of the batch
+                        fitted = self.cp.broadcast_to(fitted, self._full_shapes()[name])
                     fitted = _copy_to(self.cp, fitted, planned[0])
                 if self._view_of(name, fitted) != planned:
                     raise ShapeError(
