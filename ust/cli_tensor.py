@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 SHOW_HELP = "print a tensor's level buffers and a picture of its sparsity (a format's sample, or a file)"
-SHOW_EXAMPLE = 'ust show "BSR[2,2]"   |   ust show matrix.mtx --format DIA --png dia.png'
+SHOW_EXAMPLE = 'ust show "BSR[2,2]" --png bsr.png'
 CONVERT_HELP = "convert a Matrix Market or Binsparse file into another format and write it (.mtx, .npz, .h5)"
 CONVERT_EXAMPLE = 'ust convert matrix.mtx --format "BSR[2,2]" -o matrix.npz'
 

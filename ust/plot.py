@@ -240,7 +240,7 @@ def plot(
     Figure, FigureCanvasAgg = _matplotlib()
     t = tensor
     nlines = len(_buffer_rows(t))
-    fig = Figure(figsize=(15, max(4.5, 0.32 * nlines + 1.8)), layout="constrained")
+    fig = Figure(figsize=(15, max(5.0, 0.32 * nlines + 2.2)), layout="constrained")
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.7]})
     fmt = t.format
