@@ -45,6 +45,18 @@ __all__ = [
     "astype",
     "divide",
     "explain",
+    "explain_add",
+    "explain_divide",
+    "explain_matmul_sparse",
+    "explain_max",
+    "explain_min",
+    "explain_multiply",
+    "explain_negative",
+    "explain_sddmm",
+    "explain_spgemm",
+    "explain_subtract",
+    "explain_sum",
+    "explain_transpose",
     "matmul_operator",
     "matmul_sparse",
     "max",
@@ -52,6 +64,18 @@ __all__ = [
     "multiply",
     "negative",
     "plan",
+    "plan_add",
+    "plan_divide",
+    "plan_matmul_sparse",
+    "plan_max",
+    "plan_min",
+    "plan_multiply",
+    "plan_negative",
+    "plan_sddmm",
+    "plan_spgemm",
+    "plan_subtract",
+    "plan_sum",
+    "plan_transpose",
     "rmatmul",
     "sddmm",
     "subtract",
@@ -418,6 +442,7 @@ def _bind(op: str) -> tuple[Callable[..., Decision], Callable[..., str]]:
 
 
 plan_matmul_sparse, explain_matmul_sparse = _bind("matmul_sparse")
+plan_spgemm, explain_spgemm = _bind("spgemm")
 plan_sddmm, explain_sddmm = _bind("sddmm")
 plan_add, explain_add = _bind("add")
 plan_subtract, explain_subtract = _bind("subtract")
