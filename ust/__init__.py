@@ -8,7 +8,7 @@ loads no GPU package, no compiler and builds no parser; those load when a route 
 
 from __future__ import annotations
 
-from ust import formats
+from ust import dense, formats
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
 from ust.linalg import DirectSolver, DirectSolverOptions, solve
@@ -50,6 +50,7 @@ __all__ = [
     "UstSyntaxError",
     "__version__",
     "asarray",
+    "dense",
     "format",
     "formats",
     "load_formats",
