@@ -127,7 +127,15 @@ def poisson3d_nnz(n: int) -> int:
     return 7 * n**3 - 6 * n**2
 
 
-COLUMNS = ["matrix", "conversion", "ust route", "ust ns/nnz", "general ns/nnz", "library ns/nnz", "ust / library"]
+COLUMNS = [
+    "matrix",
+    "conversion",
+    "ust route",
+    "ust ns/nnz",
+    "general ns/nnz",
+    "library ns/nnz",
+    "ust / library",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,6 +112,13 @@ def periodic(xp: ModuleType, total: int, div: int, mod: int | None, lo: int, dty
 # ----------------------------------------------------------------------------- sorting
 
 
+def argsort_stable(xp: ModuleType, a: Any, axis: int = -1) -> Any:
+    """Stable argsort (CuPy's argsort is always stable and takes no ``kind``)."""
+    if xp is np:
+        return np.argsort(a, axis=axis, kind="stable")
+    return xp.argsort(a, axis=axis)
+
+
 @functools.cache
 def _sparsetools() -> Any:
     try:
@@ -170,7 +177,7 @@ def counting_sort(xp: ModuleType, key: Any, nbuckets: int) -> tuple[Any, Any]:
         perm = np.empty(n, dtype=itype)
         st.coo_tocsr(nbuckets, 1, n, k, k, np.arange(n, dtype=itype), ptr, sorted_key, perm)
         return perm, ptr
-    perm = xp.argsort(key, kind="stable")
+    perm = argsort_stable(xp, key)
     ptr = xp.zeros(nbuckets + 1, dtype=np.int64)
     if n:
         xp.cumsum(xp.bincount(key, minlength=nbuckets), out=ptr[1:])
@@ -202,14 +209,14 @@ def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
             cur, cur_ext = k, ext
     groups.append((cur, cur_ext))
     if xp is not np and len(groups) == 1:
-        return xp.argsort(groups[0][0], kind="stable")
+        return argsort_stable(xp, groups[0][0])
     perm = None
     for g, ext in reversed(groups):
         gk = g if perm is None else g[perm]
         if xp is np:
             p, _ = counting_sort(xp, gk, ext)
         else:
-            p = xp.argsort(gk, kind="stable")
+            p = argsort_stable(xp, gk)
         perm = p if perm is None else perm[p]
     return perm
 
@@ -224,4 +231,6 @@ def segment_sum(xp: ModuleType, values: Any, starts: Any) -> Any:
     """
     if values.shape[0] == 0:
         return values[:0]
-    return xp.add.reduceat(values, starts, dtype=values.dtype)
+    if xp is np:
+        return np.add.reduceat(values, starts, dtype=values.dtype)
+    return xp.add.reduceat(values, starts).astype(values.dtype, copy=False)

@@ -71,7 +71,7 @@ def todense(t: Tensor) -> Any:
     if ent.unique:
         flat[lin] = ent.values
         return out
-    order = xp.argsort(lin, kind="stable")
+    order = _xp.argsort_stable(xp, lin)
     lin = lin[order]
     starts_mask = xp.empty(lin.shape[0], dtype=bool)
     starts_mask[0] = True

@@ -342,7 +342,7 @@ def _structured(
         blk[parent, off] = values
         score[parent, off] = xp.abs(values)
     # used offsets first (largest magnitude first), then unused ones in ascending order
-    sel = xp.argsort(-score, axis=1, kind="stable")[:, :n_keep]
+    sel = _xp.argsort_stable(xp, -score, axis=1)[:, :n_keep]
     sel = xp.sort(sel, axis=1)
     vals = xp.take_along_axis(blk, sel, axis=1).reshape(-1)
     return sel.reshape(-1), vals, Q * n_keep

@@ -1,0 +1,197 @@
+"""GPU conversions: the same general path on CuPy arrays, cuSPARSE routes through cupyx,
+cupyx/torch-CUDA interop; every result compared with the CPU (SciPy-checked) result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ust.formats as F
+from ust.convert import asarray
+from ust.convert.routes import convert, explain_route
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+csp = pytest.importorskip("cupyx.scipy.sparse")
+
+FORMATS_2D = [
+    "CSR",
+    "CSC",
+    "COO",
+    "DCSR",
+    "DCSC",
+    "CROW",
+    "CCOL",
+    "DIA",
+    "DIAI",
+    "BSR[2,2]",
+    "BSR[2,3]",
+    "BSC[2,2]",
+    "DenseRowMajor",
+    "DenseColMajor",
+    "(i, j) -> (i : loose_compressed, j : compressed)",
+    "(i, j) -> (i : compressed(nonunique, nonordered), j : singleton(nonunique, nonordered))",
+    "(i, j) -> (i floordiv 2 : dense, j : compressed, i mod 2 : dense)",
+]
+FORMATS_3D = ["CSF", "COO3", "BatchedCSR", "Dense3", "(b, i, j) -> (b : batch, j : dense, i : compressed)"]
+
+
+def _matrix(m: int = 12, n: int = 18, density: float = 0.2, seed: int = 0) -> sp.csr_array:
+    return sp.random_array((m, n), density=density, rng=seed, format="csr")
+
+
+def _host_buffers(t) -> dict[str, np.ndarray]:
+    return {k: cp.asnumpy(v) if not isinstance(v, np.ndarray) else v for k, v in t.buffers().items()}
+
+
+def _same(a, b, msg: str = "") -> None:
+    ga, gb = _host_buffers(a), _host_buffers(b)
+    assert set(ga) == set(gb), msg
+    for k in ga:
+        np.testing.assert_array_equal(ga[k], gb[k], err_msg=f"{msg} {k}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS_2D)
+def test_intake_matches_cpu(fmt: str) -> None:
+    A = _matrix()
+    cpu = asarray(A, fmt)
+    gpu = asarray(A, fmt, device="cuda")
+    assert gpu.device.startswith("cuda")
+    assert isinstance(gpu.values, cp.ndarray)
+    _same(gpu, cpu, fmt)
+    dense = gpu.todense()
+    assert isinstance(dense, cp.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(dense), A.toarray())
+
+
+@pytest.mark.parametrize("src", FORMATS_2D)
+def test_every_pair_matches_cpu(src: str) -> None:
+    A = _matrix(seed=1)
+    cpu = asarray(A, src)
+    gpu = cpu.to("cuda")
+    for dst in FORMATS_2D:
+        c = cpu.convert(dst)
+        g = gpu.convert(dst)
+        assert g.format == F.format(dst)
+        np.testing.assert_array_equal(cp.asnumpy(g.todense()), A.toarray(), err_msg=f"{src} -> {dst}")
+        if F.format(dst).levels[-1].type.unique:
+            _same(g, c, f"{src} -> {dst}")
+        gen = convert(gpu, F.format(dst), route="general")
+        np.testing.assert_array_equal(
+            cp.asnumpy(gen.todense()), A.toarray(), err_msg=f"{src} -> {dst} general"
+        )
+
+
+def test_cusparse_routes_are_used() -> None:
+    t = asarray(_matrix(), "CSR", device="cuda")
+    assert "cupyx csr.tocsc" in explain_route(t, "CSC")
+    assert "general path" in explain_route(t, "DCSC")
+
+
+def test_duplicates_and_unsorted_on_gpu() -> None:
+    row = np.array([2, 0, 2, 0, 1])
+    col = np.array([1, 1, 1, 0, 2])
+    vals = np.array([1.0, 2, 3, 0, 5])
+    A = sp.coo_array((vals, (row, col)), shape=(3, 3))
+    g = asarray(A, device="cuda")
+    for dst in ("CSR", "CSC", "COO", "DCSC", "DIA"):
+        c = asarray(A, dst)
+        u = g.convert(dst)
+        _same(u, c, dst)
+
+
+@pytest.mark.parametrize("fmt", FORMATS_3D)
+def test_3d_on_gpu(fmt: str) -> None:
+    rng = np.random.default_rng(2)
+    D = rng.integers(1, 9, size=(3, 4, 5)).astype(np.float64)
+    D[rng.random(D.shape) < 0.6] = 0
+    cpu = asarray(D, fmt)
+    gpu = asarray(cp.asarray(D), fmt)
+    _same(gpu, cpu, fmt)
+    for g in FORMATS_3D:
+        np.testing.assert_array_equal(cp.asnumpy(gpu.convert(g).todense()), D, err_msg=f"{fmt} -> {g}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_dtypes_on_gpu(dtype: type, itype: type) -> None:
+    A = _matrix(seed=3).astype(dtype)
+    g = asarray(A, "CSR", device="cuda", index_dtype=itype)
+    assert g.index_dtype == itype and g.dtype == dtype
+    for dst in ("CSC", "COO", "DCSC", "BSR[2,3]", "DIA"):
+        u = g.convert(dst, index_dtype=itype)
+        assert u.index_dtype == itype
+        np.testing.assert_array_equal(cp.asnumpy(u.todense()), A.toarray())
+
+
+def test_structured_prune_on_gpu() -> None:
+    X = np.array([[1.0, -5, 2, 0, 0, 0, 0, 3], [0, 0, 0, 0, 4, 5, 6, 0]])
+    c = asarray(X, "NM[2,4]", prune=True)
+    g = asarray(cp.asarray(X), "NM[2,4]", prune=True)
+    _same(g, c)
+
+
+# ----------------------------------------------------------------------------- cupyx interop
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dia"])
+def test_cupyx_zero_copy_intake(fmt: str) -> None:
+    A = _matrix()
+    G = getattr(csp, f"{fmt}_matrix")(A if fmt != "dia" else A.todia())
+    t = asarray(G)
+    assert t.values.data.ptr == G.data.data.ptr or fmt == "dia"
+    np.testing.assert_array_equal(cp.asnumpy(t.todense()), A.toarray())
+    back = t.to_cupyx()
+    assert back.format == fmt
+    np.testing.assert_array_equal(cp.asnumpy(back.toarray()), A.toarray())
+
+
+def test_cupyx_noncanonical_labels() -> None:
+    data = cp.asarray([2.0, 1, 4])
+    G = csp.csr_matrix(
+        (data, cp.asarray([2, 0, 1], dtype=np.int32), cp.asarray([0, 2, 2, 3], dtype=np.int32)), shape=(3, 3)
+    )
+    t = asarray(G)
+    assert t.format == F.format("(i, j) -> (i : dense, j : compressed(nonordered))")
+    c = t.convert("CSR")
+    np.testing.assert_array_equal(cp.asnumpy(c.crd(1)), [0, 2, 1])
+
+
+def test_to_cupyx_types() -> None:
+    A = _matrix()
+    for fmt, cls in (
+        ("CSR", csp.csr_matrix),
+        ("CSC", csp.csc_matrix),
+        ("COO", csp.coo_matrix),
+        ("DIA", csp.dia_matrix),
+        ("DCSC", csp.csr_matrix),
+    ):
+        M = asarray(A, fmt).to_cupyx()
+        assert isinstance(M, cls)
+        assert M.indices.dtype == np.int32 if hasattr(M, "indices") else True
+        np.testing.assert_array_equal(cp.asnumpy(M.toarray()), A.toarray())
+
+
+def test_device_moves() -> None:
+    A = _matrix()
+    t = asarray(A, "DCSC")
+    g = t.to("cuda")
+    assert g.device == "cuda:0" and all(isinstance(v, cp.ndarray) for v in g.buffers().values())
+    h = g.to("cpu")
+    _same(h, t)
+    np.testing.assert_array_equal(h.to_scipy().toarray(), A.toarray())
+
+
+def test_torch_cuda_zero_copy() -> None:
+    torch = pytest.importorskip("torch")
+    A = _matrix()
+    x = torch.tensor(A.toarray(), device="cuda").to_sparse_csr()
+    t = asarray(x)
+    assert t.device == "cuda:0"
+    assert t.values.data.ptr == x.values().data_ptr()
+    np.testing.assert_array_equal(cp.asnumpy(t.todense()), A.toarray())
+    back = t.convert("CSC").to_torch()
+    assert back.is_cuda and back.layout == torch.sparse_csc
+    np.testing.assert_array_equal(back.to_dense().cpu().numpy(), A.toarray())
