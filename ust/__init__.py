@@ -8,7 +8,7 @@ loads no GPU package, no compiler and builds no parser; those load when a route 
 
 from __future__ import annotations
 
-from ust import dense, formats
+from ust import dense, formats, io
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
 from ust.linalg import DirectSolver, DirectSolverOptions, solve
@@ -53,6 +53,7 @@ __all__ = [
     "dense",
     "format",
     "formats",
+    "io",
     "load_formats",
     "matmul",
     "parse_formats",

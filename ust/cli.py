@@ -8,6 +8,7 @@ every :class:`~ust.runtime.errors.UstError` and ``OSError`` is caught in :func:`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -104,6 +105,17 @@ def _run_solve(args: argparse.Namespace) -> int:
     return solve_command(args)
 
 
+def _tensor_command(name: str) -> _Command:
+    """``show`` / ``convert`` live in ust.cli_tensor (imported when the parser is built)."""
+    from ust import cli_tensor as ct
+
+    table = {
+        "show": (ct.SHOW_HELP, ct.SHOW_EXAMPLE, ct.configure_show, ct.run_show),
+        "convert": (ct.CONVERT_HELP, ct.CONVERT_EXAMPLE, ct.configure_convert, ct.run_convert),
+    }
+    return _Command(*table[name])
+
+
 _COMMANDS: dict[str, _Command] = {
     "check": _Command(
         "parse and validate format declarations, print their canonical text and levels",
@@ -111,6 +123,8 @@ _COMMANDS: dict[str, _Command] = {
         _configure_check,
         _run_check,
     ),
+    "show": _tensor_command("show"),
+    "convert": _tensor_command("convert"),
     "solve": _Command(
         "solve A x = b with cuDSS on the GPU or SuperLU on the CPU, printing each phase's time and the residual",
         "ust solve A.mtx --rhs b.mtx --execution cuda",
@@ -167,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return _COMMANDS[args.command].run(args)
+    except BrokenPipeError:  # `ust show ... | head`: the reader went away, not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's final flush
+        return 0
     except (UstError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"ust {args.command}: error: {first}", file=sys.stderr)
