@@ -310,3 +310,88 @@ def reference(
     if c is not None and beta != 0:
         y = y + beta * c
     return y
+
+
+# ----------------------------------------------------------------------------- op cases
+
+#: (op, layout, ncols) variants every format is run with
+OP_VARIANTS = [("mv", "row", None), ("mm", "row", 3), ("mm", "col", 3)]
+DTYPES = ["float64", "float32", "complex128"]
+TOLERANCE = {"float64": 1e-12, "complex128": 1e-12, "float32": 2e-5, "complex64": 2e-5}
+
+
+def is_batched(name: str) -> bool:
+    return name in ALL_BATCHED
+
+
+def scalars(dtype: str) -> tuple[complex, complex]:
+    """(alpha, beta) exercising both: complex ones for complex dtypes."""
+    if np.dtype(dtype).kind == "c":
+        return 1.5 - 0.5j, -0.75 + 0.25j
+    return 1.5, -0.75
+
+
+def inputs(
+    name: str,
+    dtype: str,
+    op: str,
+    layout: str,
+    ncols: int | None,
+    *,
+    shape: tuple[int, ...] | None = None,
+    seed: int = 0,
+):
+    """(A packed, dense, x, c) for one case; x and c laid out as ``layout`` asks."""
+    a, dense = make_case(name, dtype, shape=shape, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    lead = dense.shape[:1] if is_batched(name) else ()
+    kdim = dense.shape[-1]
+    xshape = (*lead, kdim) if op == "mv" else (*lead, kdim, ncols)
+    cshape = dense.shape[:-1] if op == "mv" else (*dense.shape[:-1], ncols)
+
+    def rand(s: tuple[int, ...]) -> np.ndarray:
+        v = rng.standard_normal(s)
+        if np.dtype(dtype).kind == "c":
+            v = v + 1j * rng.standard_normal(s)
+        v = v.astype(dtype)
+        if layout == "col" and v.ndim >= 2:
+            v = np.ascontiguousarray(v.swapaxes(-1, -2)).swapaxes(-1, -2)
+        return v
+
+    return a, dense, rand(xshape), rand(cshape)
+
+
+def check(y: np.ndarray, ref: np.ndarray, dtype: str) -> None:
+    assert y.shape == ref.shape
+    assert y.dtype == np.dtype(dtype)
+    tol = TOLERANCE[dtype]
+    scale = max(1.0, float(np.abs(ref).max(initial=0.0)))
+    np.testing.assert_allclose(y, ref, rtol=tol, atol=tol * scale)
+
+
+def requests(
+    names: list[str], dtypes: list[str], variants=OP_VARIANTS, order: str = "auto", itype: str = "int32"
+):
+    """c_kernel request tuples for a table of cases (for one pre-build)."""
+    return [
+        (get_format(n), op, layout, order, dt, "int32", itype)
+        for n in names
+        for dt in dtypes
+        for op, layout, _ in variants
+    ]
+
+
+def gpu_suite() -> list[tuple[str, str, str, str, str, str, int, str]]:
+    """Every (format, op, layout, dtype, index dtype, itype, group, order) the GPU tests run."""
+    out = []
+    for name in ALL_2D + ALL_3D + ALL_BATCHED:
+        for op, layout, _ in OP_VARIANTS:
+            for dt in DTYPES:
+                if dt != "float64" and layout == "col":
+                    continue
+                for g in (1, 4, 32) if dt == "float64" else (1,):
+                    out.append((name, op, layout, dt, "int32", "int32", g, "auto"))
+        out.append((name, "mv", "row", "float64", "int64", "int64", 1, "auto"))
+    for name in ("DIA", "DIAI", "DenseColMajor", "CCOL"):
+        out.append((name, "mv", "row", "float64", "int32", "int32", 1, "storage"))
+    return out

@@ -74,7 +74,13 @@ def to_layout(xp: Any, a: Any, layout: str) -> Any:
 
 def result_dtype(*dtypes: Any, scalars: tuple[complex, ...] = ()) -> str:
     """The value dtype of the kernel: NumPy promotion, integers -> float64, complex scalars -> complex."""
-    dt = np.result_type(*[np.dtype(d) for d in dtypes])
+    try:
+        dt = np.result_type(*[np.dtype(d) for d in dtypes])
+    except (TypeError, ValueError) as exc:
+        names = ", ".join(str(np.dtype(d)) for d in dtypes)
+        raise UnsupportedError(
+            f"value dtypes {names} are not supported; supported: {', '.join(VALUE_DTYPES)}"
+        ) from exc
     if any(complex(s).imag != 0 for s in scalars):
         dt = np.result_type(dt, np.complex64)
     if dt.kind in "biu":

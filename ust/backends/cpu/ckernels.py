@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,7 @@ from ust.codegen.launch import Launch, kernel_scalar, prepare
 from ust.codegen.lower import lower
 from ust.formats.model import Format
 
-__all__ = ["CKernel", "c_kernel", "matmul_c", "run_launch"]
+__all__ = ["CKernel", "c_kernel", "matmul_c", "prebuild", "run_launch"]
 
 _log = logging.getLogger("ust.backends.cpu.ckernels")
 _log.addHandler(logging.NullHandler())
@@ -110,6 +112,41 @@ def c_kernel(
         return CKernel(k, fn, time.perf_counter() - t0)
 
     return _memo.get(key, build)
+
+
+def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
+    """Compile every not-yet-loaded kernel of ``requests`` in one compiler run (one library).
+
+    A request is the argument tuple of :func:`c_kernel`.  Warms a process up for many
+    formats or variants at the cost of a single compile (autotuning, test suites).
+    """
+    from ust.codegen.compile_c import load_library
+
+    todo: dict[tuple[Any, ...], Kernel] = {}
+    for req in requests:
+        fmt, op, layout, order, vd, idt, it, *rest = req
+        layout = layout if op == "mm" else "row"
+        cols = (rest[0] if rest else None) or default_cols(op, layout)
+        key = ("c", fmt, op, layout, order, vd, idt, it, cols)
+        if key not in _memo and key not in todo:
+            todo[key] = lower(
+                fmt, op, layout=layout, order=order, value_dtype=vd, index_dtype=idt, itype=it, cols=cols
+            )
+    if todo:
+        t0 = time.perf_counter()
+        kernels = list({k.name: k for k in todo.values()}.values())
+        nproc = max(1, min(os.cpu_count() or 1, len(kernels) // 8 or 1))
+        chunks = [kernels[i::nproc] for i in range(nproc)]
+        with ThreadPoolExecutor(max_workers=nproc) as pool:  # compilers run as processes: real parallelism
+            libs = list(pool.map(lambda ks: load_library(emit_c(ks), name=f"ust_batch_{len(ks)}"), chunks))
+        where = {k.name: lib for ks, lib in zip(chunks, libs) for k in ks}
+        for key, k in todo.items():
+            fn = getattr(where[k.name], k.name)
+            fn.restype = None
+            fn.argtypes = [_CINT[k.itype] if kind == "iscalar" else ctypes.c_void_p for _, kind in c_abi(k)]
+            ck = CKernel(k, fn, time.perf_counter() - t0)
+            _memo.get(key, lambda ck=ck: ck)
+    return [c_kernel(*req) for req in requests]
 
 
 def _empty(shape: tuple[int, ...], dtype: str, layout: str) -> np.ndarray:
