@@ -8,6 +8,7 @@ the kernel; later calls find it in an in-process dict and only marshal pointers.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import time
@@ -144,8 +145,7 @@ def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
             fn = getattr(where[k.name], k.name)
             fn.restype = None
             fn.argtypes = [_CINT[k.itype] if kind == "iscalar" else ctypes.c_void_p for _, kind in c_abi(k)]
-            ck = CKernel(k, fn, time.perf_counter() - t0)
-            _memo.get(key, lambda ck=ck: ck)
+            _memo.get(key, functools.partial(CKernel, k, fn, time.perf_counter() - t0))
     return [c_kernel(*req) for req in requests]
 
 
