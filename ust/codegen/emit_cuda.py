@@ -311,18 +311,25 @@ def cuda_kernel_name(kernel: Kernel, group: int) -> str:
     return f"{kernel.name}_g{group}"
 
 
-def emit_cuda(kernels: Kernel | list[Kernel], *, group: int = 1) -> str:
+def emit_cuda(kernels: Kernel | list[Kernel], *, group: int | list[int] = 1) -> str:
     """CUDA source: the prelude, then per kernel ``<name>_g<group>`` (and ``..._init``).
 
-    ``group`` applies to kernels with a reduction loop at the parallel level; the others are
-    always emitted with one thread per item (group 1).
+    ``group`` (one for all kernels, or one per kernel) applies to kernels with a reduction
+    loop at the parallel level; the others are always emitted with one thread per item.
     """
-    if group not in GROUPS:
-        raise ValueError(f"group must be one of {GROUPS}, got {group}")
     ks = [kernels] if isinstance(kernels, Kernel) else list(kernels)
+    groups = list(group) if isinstance(group, list) else [group] * len(ks)
+    if len(groups) != len(ks):
+        raise ValueError("give one group per kernel")
     parts = [PRELUDE]
-    for k in ks:
-        g = group if supports_group(k) else 1
+    seen: set[str] = set()
+    for k, gr in zip(ks, groups):
+        if gr not in GROUPS:
+            raise ValueError(f"group must be one of {GROUPS}, got {gr}")
+        g = gr if supports_group(k) else 1
+        if cuda_kernel_name(k, g) in seen:
+            continue
+        seen.add(cuda_kernel_name(k, g))
         parts.append(_CudaEmitter(k, g).kernel(cuda_kernel_name(k, g)))
     return "\n".join(parts)
 

@@ -169,9 +169,18 @@ def _args(ck: CudaKernel, launch: Launch, y: Any, params: tuple[Any, ...]) -> li
 
 
 def run_launch_cuda(
-    fmt: Format, launch: Launch, out: Any = None, order: str = "auto", group: int = 1, stream: int = 0
+    fmt: Format,
+    launch: Launch,
+    out: Any = None,
+    order: str = "auto",
+    group: int = 1,
+    stream: int = 0,
+    itype: str | None = None,
 ) -> Any:
-    """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer)."""
+    """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer).
+
+    ``itype`` forces the kernel's index arithmetic type (default: int32 where sizes allow).
+    """
     cp = _cupy()
     dev = launch.buffers["val"].device.id
     with cp.cuda.Device(dev):
@@ -182,7 +191,7 @@ def run_launch_cuda(
             order,
             launch.dtype,
             launch.index_dtype,
-            launch.itype(group),
+            itype or launch.itype(group),
             group,
             dev,
         )
