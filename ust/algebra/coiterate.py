@@ -128,6 +128,25 @@ def _nonzero(xp: ModuleType, keys: Any, values: Any) -> tuple[Any, Any]:
     return keys[nz], values[nz]
 
 
+def _merge_order(xp: ModuleType, ka: Any, kb: Any, cat: Any) -> Any:
+    """The permutation that sorts ``cat = concatenate([ka, kb])`` (both sorted; ties: ``ka`` first).
+
+    NumPy's stable sort finds the two sorted runs and merges them in one pass; on the GPU each
+    element's merged slot comes from a parallel ``searchsorted`` in the other stream.
+    """
+    if xp is np:
+        return np.argsort(cat, kind="stable")
+    na, nb = int(ka.shape[0]), int(kb.shape[0])
+    order = xp.empty(na + nb, dtype=np.int64)
+    order[xp.arange(na, dtype=np.int64) + xp.searchsorted(kb, ka, side="left")] = xp.arange(
+        na, dtype=np.int64
+    )
+    order[xp.arange(nb, dtype=np.int64) + xp.searchsorted(ka, kb, side="right")] = xp.arange(
+        na, na + nb, dtype=np.int64
+    )
+    return order
+
+
 def union(a: Keyed, b: Keyed, dtype: Any, *, negate_b: bool = False) -> tuple[Any, Any]:
     """Keys and values of ``a + b`` (``a - b`` with ``negate_b``), zeros dropped."""
     xp = a.xp
@@ -140,14 +159,10 @@ def union(a: Keyed, b: Keyed, dtype: Any, *, negate_b: bool = False) -> tuple[An
     if a.n == 0:
         return _nonzero(xp, b.keys, vb.copy())
     n = a.n + b.n
-    pa = xp.arange(a.n, dtype=np.int64) + xp.searchsorted(b.keys, a.keys, side="left")
-    pb = xp.arange(b.n, dtype=np.int64) + xp.searchsorted(a.keys, b.keys, side="right")
-    keys = xp.empty(n, dtype=np.int64)
-    vals = xp.empty(n, dtype=dtype)
-    keys[pa] = a.keys
-    keys[pb] = b.keys
-    vals[pa] = va
-    vals[pb] = vb
+    cat = xp.concatenate([a.keys, b.keys])
+    order = _merge_order(xp, a.keys, b.keys, cat)
+    keys = cat[order]
+    vals = xp.concatenate([va, vb])[order]
     st = _starts(xp, keys)
     if int(st.shape[0]) < n:
         vals = _xp.segment_sum(xp, vals, st)
