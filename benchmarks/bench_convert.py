@@ -158,6 +158,8 @@ COLUMNS = [
     "general ns/nnz",
     "library ns/nnz",
     "ust / library",
+    "library canonical ns/nnz",
+    "ust / canonical",
 ]
 
 

@@ -256,7 +256,7 @@ class Tensor:
             f"<ust.Tensor {name} {fmt.map_text()}\n  shape={self._shape} dtype={self.dtype} "
             f"index={self._index_dtype} nse={self.nse} device={self.device}"
         )
-        parts = [f"{k}={_brief(a)}" for k, a in self.buffers().items()]
+        parts = [f"{k}{_shape_text(a)}={_brief(a)}" for k, a in self.buffers().items()]
         return head + "\n  " + "  ".join(parts) + ">"
 
     # -- conversions ------------------------------------------------------------------------
@@ -347,11 +347,14 @@ class Tensor:
         return t
 
 
+def _shape_text(a: Any) -> str:
+    return "[" + ", ".join(str(s) for s in a.shape) + "]"
+
+
 def _brief(a: Any, n: int = 6) -> str:
     """A short text of an array: its first elements (never copies a whole GPU array)."""
     flat = a.reshape(-1)
     head = _xp.to_host(flat[:n])
     body = np.array2string(head, separator=" ", threshold=n + 1, max_line_width=10_000)[1:-1]
     more = " ..." if flat.shape[0] > n else ""
-    shape = f"{a.shape}" if a.ndim > 1 else f"({a.shape[0]})"
-    return f"{shape}[{body}{more}]"
+    return f"[{body}{more}]"
