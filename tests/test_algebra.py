@@ -275,7 +275,8 @@ def test_spgemm_every_format(name, dtype):
     tb = asarray(B, "CSR" if name.startswith(("BSR", "BSC", "rowpairs")) else fmt(name))
     sa, sb = snapshot(ta), snapshot(tb)
     ref = (A @ B).toarray()
-    for route in (None, "array-program"):
+    d = ops.plan("spgemm", ta, tb)
+    for route in dict.fromkeys([d.route, *(r.route for r in d.alternatives)]):
         C = ops.matmul_sparse(ta, tb, route=route)
         assert C.format.standard_name == "CSR"
         np.testing.assert_allclose(C.todense(), ref, atol=1e-13)
@@ -286,7 +287,7 @@ def test_spgemm_every_format(name, dtype):
 
 def test_spgemm_exact_scipy_csr_and_duplicates():
     A, B = matrix(20), matrix(21, shape=(8, 8))
-    for route in (None, "array-program"):
+    for route in (None, "scipy", "generated-c", "array-program"):
         C = ops.matmul_sparse(tensor(A, "CSR"), tensor(B, "CSR"), route=route)
         ref = A @ B
         ref.sum_duplicates()
@@ -301,6 +302,19 @@ def test_spgemm_exact_scipy_csr_and_duplicates():
     Ci = ops.matmul_sparse(tensor(Ai, "COO"), tensor(Ai, "COO"), route="array-program")
     assert Ci.dtype == np.int32
     np.testing.assert_array_equal(Ci.todense(), (Ai @ Ai).toarray())
+
+
+@pytest.mark.parametrize("route", ["scipy", "generated-c", "array-program", "convert-scipy"])
+def test_spgemm_drops_exact_cancellation_like_scipy(route):
+    A = sp.csr_array(np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 0.0]]))
+    B = sp.csr_array(np.array([[1.0, 3.0], [-1.0, 0.0], [5.0, 0.0]]))
+    C = ops.matmul_sparse(asarray(A), asarray(B), route=route)
+    ref = A @ B
+    ref.sum_duplicates()
+    assert C.nse == ref.nnz == 2  # the (0, 0) entry cancels: 1 * 1 + 1 * (-1)
+    np.testing.assert_array_equal(C.pos(1), ref.indptr)
+    np.testing.assert_array_equal(C.crd(1), ref.indices)
+    np.testing.assert_array_equal(C.values, ref.data)
 
 
 def test_matmul_operator_and_rmatmul():
@@ -472,8 +486,11 @@ def test_plan_and_explain_every_op():
     t = tensor(A, "CSR")
     d = tensor(A, "DCSR")
     a, b = np.ones((10, 2)), np.ones((2, 8))
+    from ust.plan.planner import c_compiler_available
+
+    cc = c_compiler_available()
     cases = {
-        "spgemm": ((t, ops.transpose(t)), {}, "scipy"),
+        "spgemm": ((t, ops.transpose(t)), {}, "generated-c" if cc else "scipy"),
         "sddmm": ((t, a, b), {}, "array-program"),
         "add": ((t, t), {}, "scipy"),
         "subtract": ((d, t), {}, "array-program"),
@@ -494,7 +511,7 @@ def test_plan_and_explain_every_op():
         assert f"route: {route}" in getattr(ops, f"explain_{op}")(*args, **kw)
     assert "result format: COO" in ops.explain("add", t, t, format="COO")
     sq = tensor(matrix(33, shape=(8, 8)), "DCSR")
-    assert ops.plan("spgemm", sq, sq).route == "convert-scipy"
+    assert ops.plan("spgemm", sq, sq).route == ("generated-c" if cc else "convert-scipy")
 
 
 def test_execution_override_cpu_is_a_no_op():

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ust.plan import Decision, Problem, classify, decide
-from ust.plan.planner import candidates
+from ust.plan.planner import c_compiler_available, candidates
 from ust.runtime.errors import UnsupportedError
 from ust.runtime.log import get_logger
 
@@ -47,15 +47,17 @@ def problem(
         ofc = classify(other.format)
         other_text = str(ofc)
         canonical = canonical and ofc.canonical
+    on_gpu = device.startswith("cuda")
     return AlgebraProblem(
         op=op,
-        device="cuda" if device.startswith("cuda") else "cpu",
+        device="cuda" if on_gpu else "cpu",
         format_class=fc.name,
         format_params=fc.params,
         canonical=canonical,
         dtype=str(np.dtype(dtype)),
         index_dtype=str(np.dtype(a.index_dtype)),
         plain=True,
+        has_compiler=True if on_gpu else c_compiler_available(),
         ndim=a.ndim,
         batched=a.is_batched,
         other=other_text,

@@ -24,8 +24,11 @@ from ust.runtime.errors import ShapeError, UnsupportedError
 
 __all__ = ["KERNEL_TEMPLATE", "kernel_source", "sddmm"]
 
-#: Elements of each gathered operand per chunk of the array program (bounds the temporaries).
-_CHUNK_ELEMENTS = 1 << 24
+#: Elements of each gathered operand per chunk of the array program: small enough to stay in
+#: the CPU's caches (measured: 2 MiB chunks run 2x faster than one 400 MB gather), large on a
+#: GPU where each chunk is a few kernel launches.
+_CHUNK_ELEMENTS = 1 << 18
+_CHUNK_ELEMENTS_GPU = 1 << 27
 
 
 class _Job:
@@ -60,7 +63,7 @@ def _array_program(job: _Job) -> Any:
     k = int(a.shape[1])
     n = int(rows.shape[0])
     dots = xp.empty(n, dtype=dt)
-    step = max(1, _CHUNK_ELEMENTS // max(k, 1))
+    step = max(1, (_CHUNK_ELEMENTS if xp is np else _CHUNK_ELEMENTS_GPU) // max(k, 1))
     for lo in range(0, n, step):  # chunks of entries, not a loop over entries
         hi = min(n, lo + step)
         dots[lo:hi] = xp.einsum("ij,ij->i", a[rows[lo:hi]], bt[cols[lo:hi]])

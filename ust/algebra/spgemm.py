@@ -33,6 +33,29 @@ def _scipy(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     return from_library(a.to_scipy() @ b.to_scipy(), fmt)
 
 
+def _generated_c(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    from ust.algebra.spgemm_c import spgemm_csr_c
+    from ust.tensor import Tensor
+
+    csr = get("CSR")
+    itype = np.promote_types(a.index_dtype, b.index_dtype)
+    if max(a.shape[0], b.shape[1]) >= 2**31 - 1:
+        itype = np.dtype(np.int64)
+    ops = []
+    for t in (a, b):
+        if t.format != csr or t.index_dtype != itype:
+            t = t.convert(csr, index_dtype=itype)
+        ops.append(t.astype(dtype, copy=False))
+    ca, cb = ops
+    pos, crd, val = spgemm_csr_c(
+        ca.shape, (ca.pos(1), ca.crd(1), ca.values), cb.shape, (cb.pos(1), cb.crd(1), cb.values)
+    )
+    c = Tensor(
+        (a.shape[0], b.shape[1]), csr, val, pos=[None, pos], crd=[None, crd], index_dtype=itype, check=False
+    )
+    return c if fmt == csr else c.convert(fmt)
+
+
 def _convert_scipy(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     csr = get("CSR")
     return _scipy(a.convert(csr), b.convert(csr), fmt, dtype)
@@ -115,6 +138,7 @@ def _array_program(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
 _ROUTES: dict[str, Callable[[Any, Any, Format, Any], Any]] = {
     "scipy": _scipy,
     "convert-scipy": _convert_scipy,
+    "generated-c": _generated_c,
     "array-program": _array_program,
     "cusparse": _cusparse,
     "convert-cusparse": _cusparse,

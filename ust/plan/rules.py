@@ -122,7 +122,8 @@ RULES: tuple[Rule, ...] = (
 # ---------------------------------------------------------------------------- sparse algebra (issue 8)
 # Binary ops describe their second operand in ``Problem.other`` (see ust.algebra.problem):
 # its format class text ("CSR", "BSR[2, 2]"), "DENSE", "SCALAR", or "" for unary ops.
-LIBRARY_GPU_DTYPES = FLOATS
+ALGEBRA_VALUES = ALL_VALUES | frozenset({"uint16", "uint32", "uint64"})  # every value dtype a Tensor holds
+SCIPY_VALUES = ALGEBRA_VALUES - {"float16"}  # scipy.sparse rejects float16
 
 
 def _class_text(p: Problem) -> str:
@@ -146,22 +147,26 @@ def _algebra_rules() -> tuple[Rule, ...]:
         rules.append(Rule(
             "transpose", dev, ANY, "relabel",
             "transposing permutes dimensions: the same buffers under the permuted map ({fmt}.T), no data moved",
-            dtypes=ALL_VALUES))
+            dtypes=ALGEBRA_VALUES))
         rules.append(Rule(
             "scale", dev, ANY, "values",
             "scalar and sparse-times-dense products keep {fmt}'s structure: one pass over the stored values",
-            dtypes=ALL_VALUES))
+            dtypes=ALGEBRA_VALUES))
     rules += [
         # ---- SpGEMM
+        Rule("spgemm", "cpu", ANY, "generated-c",
+             "a C Gustavson SpGEMM over rows (OpenMP) that emits sorted rows in the same sweep; SciPy's "
+             "is single-threaded and needs a second pass to sort (operands as CSR, converted if they are not)",
+             when="compiler", dtypes=ALGEBRA_VALUES),
         Rule("spgemm", "cpu", LIBRARY_FORMATS_CPU, "scipy",
              "SciPy's compiled SpGEMM takes {fmt} operands as they are (zero-copy views)",
-             when="both_library", dtypes=ALL_VALUES),
+             when="both_library", dtypes=SCIPY_VALUES),
         Rule("spgemm", "cpu", ANY, "convert-scipy",
              "SciPy has no kernel for {fmt}: both operands converted to CSR once, then SciPy's SpGEMM",
-             convert_to="CSR", dtypes=ALL_VALUES),
+             convert_to="CSR", dtypes=SCIPY_VALUES),
         Rule("spgemm", "cpu", ANY, "array-program",
              "expand-sort-compress SpGEMM as a vectorised array program (memory grows with the products)",
-             dtypes=ALL_VALUES),
+             dtypes=ALGEBRA_VALUES),
         Rule("spgemm", "cuda", frozenset({"CSR"}), "cusparse",
              "cuSPARSE generic SpGEMM multiplies canonical CSR x CSR with {dtype} values and 32-bit indices",
              when="same_canonical_class", index_dtypes=frozenset({"int32"})),
@@ -170,7 +175,7 @@ def _algebra_rules() -> tuple[Rule, ...]:
              convert_to="CSR"),
         Rule("spgemm", "cuda", ANY, "array-program",
              "no cuSPARSE SpGEMM for {dtype}: expand-sort-compress as a CuPy array program",
-             dtypes=ALL_VALUES),
+             dtypes=ALGEBRA_VALUES),
         # ---- SDDMM
         Rule("sddmm", "cuda", frozenset({"CSR"}), "cusparse",
              "cuSPARSE SDDMM samples A @ B on canonical CSR with {dtype} values, alpha/beta fused",
@@ -180,20 +185,20 @@ def _algebra_rules() -> tuple[Rule, ...]:
              dtypes=frozenset({"float32", "float64"})),
         Rule("sddmm", "cuda", ANY, "array-program",
              "SDDMM as a CuPy array program (row gathers and a batched dot, in chunks)",
-             dtypes=ALL_VALUES),
+             dtypes=ALGEBRA_VALUES),
         Rule("sddmm", "cpu", ANY, "array-program",
              "SDDMM as a NumPy array program on {fmt}'s stored positions (row gathers and a batched dot, in chunks)",
-             dtypes=ALL_VALUES),
+             dtypes=ALGEBRA_VALUES),
     ]
     # ---- elementwise (union: add / subtract; intersection: multiply)
     for op, how in (("add", "union"), ("multiply", "intersection")):
         rules += [
             Rule(op, "cpu", frozenset({"CSR", "CSC", "BSR"}), "scipy",
                  f"SciPy's compiled {how} of two canonical {{fmt}} operands (zero-copy views)",
-                 when="same_canonical_class", dtypes=ALL_VALUES),
+                 when="same_canonical_class", dtypes=SCIPY_VALUES),
             Rule(op, "cpu", ANY, "array-program",
                  f"{how} co-iteration in {{fmt}}'s level order as a NumPy array program (merge by searchsorted)",
-                 dtypes=ALL_VALUES),
+                 dtypes=ALGEBRA_VALUES),
         ]
         if op == "add":
             rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
@@ -201,19 +206,19 @@ def _algebra_rules() -> tuple[Rule, ...]:
                               when="same_canonical_class"))
         rules.append(Rule(op, "cuda", ANY, "array-program",
                           f"{how} co-iteration in {{fmt}}'s level order as a CuPy array program",
-                          dtypes=ALL_VALUES))
+                          dtypes=ALGEBRA_VALUES))
     # ---- reductions
     for op in ("sum", "max", "min"):
         rules += [
-            Rule(op, "cpu", LIBRARY_FORMATS_CPU, "scipy",
+            Rule(op, "cpu", LIBRARY_FORMATS_CPU if op == "sum" else LIBRARY_FORMATS_CPU - {"DIA"}, "scipy",
                  f"SciPy's {op} on a zero-copy {{fmt}} view (implicit zeros counted as SciPy does)",
-                 dtypes=ALL_VALUES),
+                 dtypes=SCIPY_VALUES),
             Rule(op, "cpu", ANY, "array-program",
                  f"{op} as a NumPy array program over {{fmt}}'s entries (segmented reduction)",
-                 dtypes=ALL_VALUES),
+                 dtypes=ALGEBRA_VALUES),
             Rule(op, "cuda", ANY, "array-program",
                  f"{op} as a CuPy array program over {{fmt}}'s entries (segmented reduction)",
-                 dtypes=ALL_VALUES),
+                 dtypes=ALGEBRA_VALUES),
         ]
     return tuple(rules)
 # fmt: on
