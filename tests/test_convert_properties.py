@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import ust.formats as F
@@ -82,6 +82,49 @@ def test_every_pair_round_trips(case: tuple[sp.coo_array, int, int], itype: type
             u = t.convert(g, index_dtype=itype, max_padding=10**6)
             assert u.format == F.format(g)
             np.testing.assert_array_equal(u.todense(), want, err_msg=f"{f} -> {g}")
+
+
+_KINDS = ["dense", "compressed", "compressed(nonordered)", "loose_compressed", "compressed(nonunique)"]
+
+
+@st.composite
+def random_user_format(draw: st.DrawFn, r: int, c: int) -> str:
+    """A random valid 2-D format: a level order, optional blocking of either dimension
+    (the ``mod`` level last or right after), and a level type per level."""
+    order = draw(st.sampled_from([("i", "j"), ("j", "i")]))
+    block = {"i": r, "j": c}
+    exprs: list[str] = []
+    tail: list[str] = []
+    for d in order:
+        if block[d] > 1 and draw(st.booleans()):
+            exprs.append(f"{d} floordiv {block[d]}")
+            (tail if draw(st.booleans()) else exprs).append(f"{d} mod {block[d]}")
+        else:
+            exprs.append(d)
+    exprs += tail
+    kinds = [draw(st.sampled_from(_KINDS)) for _ in exprs]
+    levels = ", ".join(f"{e} : {k}" for e, k in zip(exprs, kinds))
+    text = f"(i, j) -> ({levels})"
+    try:
+        F.format(text)
+    except FormatError:
+        assume(False)
+    return text
+
+
+@settings(max_examples=40)
+@given(st.data())
+def test_random_user_formats_round_trip(data: st.DataObject) -> None:
+    A, r, c = data.draw(sparse_coo())
+    want = A.toarray()
+    fmts = [data.draw(random_user_format(r, c)) for _ in range(3)]
+    for f in fmts:
+        t = asarray(A, f, max_padding=10**6)
+        np.testing.assert_array_equal(t.todense(), want, err_msg=f)
+        for g in [*fmts, "CSR", "COO", "DIA", f"BSR[{r},{c}]"]:
+            np.testing.assert_array_equal(
+                t.convert(g, max_padding=10**6).todense(), want, err_msg=f"{f} -> {g}"
+            )
 
 
 @settings(max_examples=40)
