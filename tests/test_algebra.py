@@ -520,3 +520,8 @@ def test_execution_override_cpu_is_a_no_op():
     np.testing.assert_allclose(ops.add(t, t, execution="cpu").todense(), 2 * A.toarray())
     with pytest.raises(ust.DeviceError):
         ops.add(t, t, execution="tpu")
+    from ust.backends.cuda.arrays import gpu_available
+
+    if not gpu_available():
+        with pytest.raises(ust.DeviceError, match="no usable CUDA device"):
+            ops.sum(t, execution="cuda")

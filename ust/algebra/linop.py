@@ -21,13 +21,13 @@ class _Product:
 
     def __init__(self, a: Any) -> None:
         self.a = a
-        self._plans: dict[tuple[tuple[int, ...], str, bool], Any] = {}
+        self._plans: dict[tuple[tuple[int, ...], str], Any] = {}
 
     def __call__(self, x: Any) -> Any:
         from ust.ops_matmul import Matmul
 
         x = x if x.flags.c_contiguous else x.copy()
-        key = (tuple(x.shape), str(x.dtype), bool(x.flags.f_contiguous and x.ndim == 2))
+        key = (tuple(x.shape), str(x.dtype))
         mm = self._plans.get(key)
         if mm is None:
             mm = Matmul(self.a, x)

@@ -114,10 +114,10 @@ class Placement:
             home = None
         self.space: ExecutionSpace = resolve_space(live, execution) if execution is not None else home  # type: ignore[assignment]
         self.home: ExecutionSpace = home if home is not None else self.space
-        if self.space.is_cuda:
-            from ust.backends.cuda.arrays import import_cupy
+        if self.space.is_cuda and self.space != self.home:
+            from ust.backends.cuda.arrays import require_device
 
-            import_cupy()
+            require_device(self.space.device_id)
 
     @property
     def device(self) -> str:
