@@ -17,11 +17,16 @@ __all__ = ["aslinearoperator"]
 
 
 class _Product:
-    """``A @ x`` through ust.matmul, with one planned Matmul per operand shape, reused."""
+    """``A @ x`` through the planned route, one planned Matmul per operand shape, reused.
+
+    Where the planner picks SciPy (plain SpMV / SpMM of a SciPy layout) the zero-copy SciPy
+    view is kept and called directly: that *is* the route, without per-call re-planning.
+    """
 
     def __init__(self, a: Any) -> None:
         self.a = a
         self._plans: dict[tuple[tuple[int, ...], str], Any] = {}
+        self._view: Any = None
 
     def __call__(self, x: Any) -> Any:
         from ust.ops_matmul import Matmul
@@ -33,9 +38,16 @@ class _Product:
             mm = Matmul(self.a, x)
             mm.plan()
             self._plans[key] = mm
-        else:
-            mm.reset_operands_unchecked(b=x)
-        return mm.execute().copy()
+            if mm.decision.route == "scipy" and self._view is None:
+                self._view = self.a.to_scipy()
+        if mm.decision.route == "scipy":
+            return self._view @ x
+        # the planned executor, called on this x (the executor protocol of ust.ops_matmul:
+        # run(b, c, out, stream)); no re-planning, no rebuilt executor per product
+        xp = self.a.xp
+        b = x if x.dtype == mm.dtype else x.astype(mm.dtype)
+        out = xp.empty((self.a.shape[0], *x.shape[1:]), dtype=mm.dtype)
+        return mm.executor.run(b, None, out, mm._stream())
 
 
 def aslinearoperator(a: Any) -> Any:
