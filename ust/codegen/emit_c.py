@@ -49,6 +49,8 @@ C_INDEX = {"int32": "int32_t", "int64": "int64_t"}
 _REAL_PART = {"complex64": ("crealf", "cimagf", "float"), "complex128": ("creal", "cimag", "double")}
 #: Fewer iterations than this run the parallel loop on one thread (no fork/join cost).
 PAR_THRESHOLD = 64
+#: Largest total size of per-thread partial outputs; beyond it atomics are used instead.
+PARTIAL_LIMIT = 1 << 28
 
 
 def c_abi(kernel: Kernel) -> list[tuple[str, str]]:
@@ -96,6 +98,7 @@ class _CEmitter:
         self.complex = kernel.value_dtype.startswith("complex")
         self.simd = simd and not self.complex
         self.lines: list[str] = []
+        self.partials = False  # atomic accumulations go to the thread's partial output instead
 
     def out(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -135,7 +138,9 @@ class _CEmitter:
 
     def accumulate(self, s: Accumulate, depth: int, in_par: bool) -> None:
         idx, val = _expr(s.index), _expr(s.value)
-        if not (s.atomic and in_par):
+        if s.atomic and in_par and self.partials:
+            self.out(depth, f"ust_yp[{idx}] += {val};")
+        elif not (s.atomic and in_par):
             self.out(depth, f"{s.buf}[{idx}] += {val};")
         elif not self.complex:
             self.out(depth, "#pragma omp atomic")
@@ -158,6 +163,7 @@ class _CEmitter:
         if s.parallel and not in_par and s.tag == "batch":
             self.out(depth, "#pragma omp parallel")
             self.out(depth, "{")
+            self.thread_output(depth + 1)
             self.out(depth + 1, self.head(s))
             self.block(s.body, depth + 2, in_par=True)
             self.out(depth + 1, "}")
@@ -175,6 +181,13 @@ class _CEmitter:
             collapse = f" collapse({len(chain)})" if len(chain) > 1 else ""
             if in_par:
                 self.out(depth, f"#pragma omp for schedule(static){collapse} nowait")
+            elif self.partials:
+                trip = f"({_expr(s.hi)}) - ({_expr(s.lo)})"
+                self.out(depth, f"#pragma omp parallel if({trip} > {PAR_THRESHOLD})")
+                self.out(depth, "{")
+                depth += 1
+                self.thread_output(depth)
+                self.out(depth, f"#pragma omp for schedule(static){collapse}")
             else:
                 trip = f"({_expr(s.hi)}) - ({_expr(s.lo)})"
                 self.out(
@@ -185,12 +198,65 @@ class _CEmitter:
             self.block(chain[-1].body, depth + len(chain), in_par=True)
             for d in reversed(range(len(chain))):
                 self.out(depth + d, "}")
+            if self.partials and not in_par:
+                self.out(depth - 1, "}")
             return
         if s.reduce and self.simd and not any(isinstance(n, Loop) for n in walk(s.body)):
             self.out(depth, f"#pragma omp simd reduction(+:{s.reduce})")
         self.out(depth, self.head(s))
         self.block(s.body, depth + 1, in_par)
         self.out(depth, "}")
+
+    def thread_output(self, depth: int) -> None:
+        """``ust_yp``: where this thread accumulates (thread 0: y itself; others: a partial)."""
+        if not self.partials:
+            return
+        self.out(0, "#ifdef _OPENMP")
+        self.out(depth, "const int ust_t = omp_get_thread_num();")
+        self.out(0, "#else")
+        self.out(depth, "const int ust_t = 0;")
+        self.out(0, "#endif")
+        self.out(
+            depth,
+            f"{self.vt} *restrict ust_yp = ust_t == 0 ? y : ust_part + (size_t)(ust_t - 1) * (size_t)NY;",
+        )
+
+    def main_with_partials(self, body: Block) -> None:
+        """Accumulations other threads may share: per-thread partial outputs summed at the end
+        (thread 0 writes y directly, so one thread needs no extra memory and no atomics);
+        ``#pragma omp atomic`` only where the partials cannot be allocated."""
+        vt = self.vt
+        self.out(1, "{")
+        self.out(0, "#ifdef _OPENMP")
+        self.out(2, "const int ust_nt = omp_get_max_threads();")
+        self.out(0, "#else")
+        self.out(2, "const int ust_nt = 1;")
+        self.out(0, "#endif")
+        self.out(2, f"const size_t ust_bytes = (size_t)(ust_nt - 1) * (size_t)NY * sizeof({vt});")
+        self.out(2, f"{vt} *ust_part = NULL;")
+        self.out(
+            2,
+            f"if (ust_nt > 1 && ust_bytes <= (size_t){PARTIAL_LIMIT}) ust_part = ({vt} *)calloc((size_t)(ust_nt - 1) * (size_t)NY, sizeof({vt}));",
+        )
+        self.out(2, "if (ust_nt == 1 || ust_part != NULL) {")
+        self.partials = True
+        self.block(body, 3, in_par=False)
+        self.partials = False
+        self.out(3, "if (ust_part != NULL) {")
+        self.out(4, f"#pragma omp parallel for schedule(static) if(NY > {PAR_THRESHOLD})")
+        self.out(4, f"for ({self.it} f = 0; f < NY; ++f) {{")
+        self.out(5, f"{vt} ust_s = 0;")
+        self.out(
+            5, "for (int t = 0; t < ust_nt - 1; ++t) ust_s += ust_part[(size_t)t * (size_t)NY + (size_t)f];"
+        )
+        self.out(5, "y[f] += ust_s;")
+        self.out(4, "}")
+        self.out(4, "free(ust_part);")
+        self.out(3, "}")
+        self.out(2, "} else {")
+        self.block(body, 3, in_par=False)
+        self.out(2, "}")
+        self.out(1, "}")
 
     def _in_batch(self, s: Loop) -> bool:
         return self._batch_rows is not None and s is self._batch_rows
@@ -225,13 +291,22 @@ class _CEmitter:
         if k.init is not None:
             self.out(1, "/* init: y = beta * y0 (or 0) before accumulating into it */")
             self.block(k.init, 1, in_par=False)
-        self.block(k.body, 1, in_par=False)
+        if _has_atomics(k):
+            self.main_with_partials(k.body)
+        else:
+            self.block(k.body, 1, in_par=False)
         self.out(0, "}")
         return "\n".join(self.lines) + "\n"
 
 
+def _has_atomics(k: Kernel) -> bool:
+    return any(isinstance(n, Accumulate) and n.atomic for n in walk(k.body))
+
+
 def _prelude(kernels: list[Kernel]) -> str:
     lines = ["/* Generated by ust (ust.codegen.emit_c). Do not edit. */", "#include <stdint.h>"]
+    if any(_has_atomics(k) for k in kernels):
+        lines += ["#include <stdlib.h>", "#ifdef _OPENMP", "#include <omp.h>", "#endif"]
     if any(k.value_dtype.startswith("complex") for k in kernels):
         lines.append("#include <complex.h>")
     return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ from ust.codegen.launch import Launch, kernel_scalar, prepare
 from ust.codegen.lower import lower
 from ust.formats.model import Format
 
-__all__ = ["CKernel", "c_kernel", "matmul_c", "prebuild", "run_launch"]
+__all__ = ["CKernel", "Memo", "c_kernel", "matmul_c", "prebuild", "run_launch"]
 
 _log = logging.getLogger("ust.backends.cpu.ckernels")
 _log.addHandler(logging.NullHandler())
