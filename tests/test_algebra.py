@@ -110,6 +110,14 @@ def test_binary_n_dimensional():
     np.testing.assert_allclose(ops.add(tx, ty).todense(), x + y)
     np.testing.assert_allclose(ops.multiply(tx, ty).todense(), x * y)
     assert ops.add(tx, ty).format.standard_name == "CSF"
+    tb = asarray(x, "BatchedCSR")
+    for t in (tx, ty, tb):
+        ref = t.todense()
+        for axis in (None, 0, 1, 2):  # implicit zeros counted: the dense reductions
+            np.testing.assert_allclose(ops.sum(t, axis), ref.sum(axis=axis))
+            np.testing.assert_allclose(ops.max(t, axis), ref.max(axis=axis))
+            np.testing.assert_allclose(ops.min(t, axis), ref.min(axis=axis))
+    np.testing.assert_allclose(ops.add(tb, asarray(y, "BatchedCSR")).todense(), x + y)
 
 
 # ----------------------------------------------------------------------------- scalars and dense
