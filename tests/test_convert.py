@@ -311,3 +311,62 @@ def test_bad_format_text_fails_before_work() -> None:
 
     with pytest.raises(UstError):
         asarray(A, "(i, j) -> (i : dense, k : compressed)")
+
+
+# ----------------------------------------------------------------------------- the GPU code path
+
+
+class _NumpyAsCupy:
+    """NumPy behind a namespace that is not ``numpy``: every ``xp is np`` test takes the branch
+    written for CuPy (scatter/prefix-sum segment ids, argsort instead of counting passes,
+    reduceat without dtype), so that branch's logic is checked here without a GPU."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(np, name)
+
+    @staticmethod
+    def argsort(a: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.argsort(a, axis=axis, kind="stable")  # CuPy's argsort is always stable
+
+
+def test_cupy_branches_on_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ust.convert import _xp
+
+    rng = np.random.default_rng(4)
+    Msp = sp.random_array((12, 18), density=0.3, rng=rng, format="coo")
+    Msp = sp.coo_array(
+        (np.concatenate([Msp.data, [1.0, 2.0]]), (np.r_[Msp.row, 3, 3], np.r_[Msp.col, 5, 5])), shape=(12, 18)
+    )
+    fmts = [
+        "CSR",
+        "CSC",
+        "COO",
+        "DCSC",
+        "DIA",
+        "BSR[2,3]",
+        "NM[2,3]",
+        "(i, j) -> (i : loose_compressed, j : compressed)",
+    ]
+    expected = {f: _buffers(asarray(Msp, f, prune=True)) for f in fmts}
+    D = rng.integers(0, 3, size=(3, 4, 5)).astype(float)
+    exp3 = {f: _buffers(asarray(D, f)) for f in ("CSF", "BatchedCSR", "COO3")}
+    fake = _NumpyAsCupy()
+    monkeypatch.setattr(_xp, "namespace", lambda a: fake)
+    src = asarray(Msp)
+    assert src.xp is fake
+    for f in fmts:
+        t = convert(src, F.format(f), route="general", prune=True)
+        got = _buffers(t)
+        for k, v in expected[f].items():
+            np.testing.assert_array_equal(got[k], v, err_msg=f"{f} {k}")
+        np.testing.assert_array_equal(t.todense(), Msp.toarray() if f != "NM[2,3]" else t.todense())
+        for g in fmts[:5]:
+            np.testing.assert_array_equal(
+                convert(t, F.format(g), route="general").todense(), t.todense(), err_msg=f"{f} -> {g}"
+            )
+    for f, exp in exp3.items():
+        got = _buffers(asarray(D, f))
+        for k, v in exp.items():
+            np.testing.assert_array_equal(got[k], v, err_msg=f"{f} {k}")
+    counts = np.array([0, 3, 0, 0, 2, 1, 0])
+    np.testing.assert_array_equal(_xp.expand_segments(fake, counts), np.repeat(np.arange(7), counts))
