@@ -133,19 +133,24 @@ _CARRY_KINDS = "iufc"
 
 
 def bucket_sort(xp: ModuleType, key: Any, nbuckets: int, idx: Any, vals: Any) -> tuple[Any, Any, Any] | None:
-    """One stable counting pass by ``key`` carrying one index array and the values.
+    """One stable pass by ``key`` in ``[0, nbuckets)`` carrying one index array and the values.
 
     Returns ``(ptr, idx_sorted, vals_sorted)`` (``ptr``: bucket boundaries, nbuckets + 1), or
-    None where no compiled pass applies (the caller sorts through a permutation instead).
+    None where no such pass applies (the caller sorts through a permutation instead).  CPU:
+    SciPy's compiled counting pass moves both payloads itself.  GPU: a radix argsort, two
+    gathers and a histogram.
     """
-    st = _sparsetools() if xp is np else None
     n = int(key.shape[0])
-    if (
-        st is None
-        or nbuckets > _MAX_BUCKETS
-        or np.dtype(vals.dtype).kind not in _CARRY_KINDS
-        or np.dtype(vals.dtype).itemsize < 4
-    ):
+    if nbuckets > _MAX_BUCKETS:
+        return None
+    if xp is not np:
+        perm = argsort_stable(xp, key)
+        ptr = xp.zeros(nbuckets + 1, dtype=work_dtype(n))
+        if n:
+            xp.cumsum(xp.bincount(key, minlength=nbuckets), out=ptr[1:])
+        return ptr, idx[perm], vals[perm]
+    st = _sparsetools()
+    if st is None or np.dtype(vals.dtype).kind not in _CARRY_KINDS or np.dtype(vals.dtype).itemsize < 4:
         return None
     itype = work_dtype(n, nbuckets)
     k = np.ascontiguousarray(key, dtype=itype)
