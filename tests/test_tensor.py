@@ -171,3 +171,9 @@ def test_check_false_trusts() -> None:
     crd = np.array([2, 0, 2, 0, 3], np.int32)
     t = Tensor((3, 4), "CSR", DATA, pos={1: INDPTR}, crd={1: crd}, check=False)
     assert t.nse == 5
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble, np.bool_, np.str_])
+def test_unsupported_value_dtypes(dtype: type) -> None:
+    with pytest.raises(UnsupportedError, match="float32, float64"):
+        asarray(np.ones((2, 2), dtype=dtype))

@@ -19,18 +19,26 @@ from ust.convert.analysis import batch_levels, entries_unique, lex_sorted
 from ust.formats.model import Format, LevelFormat
 from ust.runtime.errors import DeviceError, FormatError, ShapeError, UnsupportedError
 
-__all__ = ["INDEX_DTYPES", "VALUE_KINDS", "check_buffers", "check_value_dtype"]
+__all__ = ["INDEX_DTYPES", "VALUE_DTYPES", "check_buffers", "check_value_dtype"]
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-#: Value dtype kinds accepted: signed/unsigned integers, floats, complex.
-VALUE_KINDS = "iufc"
-_SUPPORTED_VALUES = "integer, float or complex dtypes (e.g. float32, float64, complex128, int64)"
+#: Value dtypes accepted: what SciPy's compiled sparse routines (and mostly cupyx) handle.
+VALUE_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float32, np.float64, np.complex64, np.complex128,
+    )
+)  # fmt: skip
+_SUPPORTED_VALUES = (
+    "float32, float64, complex64, complex128 or an integer dtype (int8 ... int64, uint8 ... uint64)"
+)
 
 
 def check_value_dtype(dtype: Any, what: str = "values") -> np.dtype:
     """The value dtype, or an UnsupportedError naming what is supported."""
     dt = np.dtype(dtype)
-    if dt.kind not in VALUE_KINDS:
+    if dt not in VALUE_DTYPES:
         raise UnsupportedError(f"{what} of dtype {dt} are not supported; use {_SUPPORTED_VALUES}")
     return dt
 
