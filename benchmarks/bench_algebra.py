@@ -71,12 +71,25 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
         return c
 
     t_sorted = t(sorted_product)
-    out.append(
-        _row(case, f"matmul_sparse ({route}, sorted CSR)", t_ust, "scipy A @ A (unsorted)", t_sp, "<= 1.2")
-    )
-    out.append(
-        _row(case, f"matmul_sparse ({route}, sorted CSR)", t_ust, "scipy A @ A + sort_indices", t_sorted)
-    )
+    from ust.algebra import spgemm_c
+
+    spgemm_c.THREADS = 1
+    t_one = t(lambda: ops.matmul_sparse(ta, ta, route="generated-c"))
+    spgemm_c.THREADS = None
+    t_scipy_route = t(lambda: ops.matmul_sparse(ta, ta, route="scipy"))
+    ours = f"matmul_sparse ({route}, sorted CSR)"
+    out += [
+        _row(case, ours, t_ust, "scipy A @ A (unsorted rows)", t_sp, "<= 1.2"),
+        _row(case, "matmul_sparse (generated-c, 1 thread)", t_one, "scipy A @ A (unsorted rows)", t_sp),
+        _row(
+            case,
+            "matmul_sparse (scipy route: SciPy + sort)",
+            t_scipy_route,
+            "scipy A @ A (unsorted rows)",
+            t_sp,
+        ),
+        _row(case, ours, t_ust, "scipy A @ A + sort_indices", t_sorted),
+    ]
     tdia = asarray(A, "DIA")
     t_dia = t(lambda: ops.matmul_sparse(tdia, tdia))
     out.append(_row(case, f"DIA @ DIA ({ops.plan('spgemm', tdia, tdia).route})", t_dia, "scipy A @ A", t_sp))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from typing import Any
 
 import numpy as np
@@ -44,9 +45,9 @@ static void sort_cols(idx_t* c, int64_t len) {{
 }}
 
 int ust_spgemm_count(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj,
-                     const idx_t* bp, const idx_t* bj, int64_t* counts) {{
+                     const idx_t* bp, const idx_t* bj, int64_t* counts, int nt) {{
     int failed = 0;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(nt)
     {{
         int64_t* mark = (int64_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
         if (!mark) {{
@@ -75,9 +76,9 @@ int ust_spgemm_count(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj,
 
 int ust_spgemm_fill(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val_t* ax,
                     const idx_t* bp, const idx_t* bj, const val_t* bx,
-                    const int64_t* cp, idx_t* cj, val_t* cx) {{
+                    const int64_t* cp, idx_t* cj, val_t* cx, int nt) {{
     int failed = 0;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(nt)
     {{
         int64_t* mark = (int64_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
         val_t* acc = (val_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(val_t));
@@ -143,11 +144,32 @@ def _library(value: str, index: str) -> tuple[Any, Any]:
     vp, i64 = ctypes.c_void_p, ctypes.c_int64
     count = lib.ust_spgemm_count
     count.restype = ctypes.c_int
-    count.argtypes = [i64, i64, vp, vp, vp, vp, vp]
+    count.argtypes = [i64, i64, vp, vp, vp, vp, vp, ctypes.c_int]
     fill = lib.ust_spgemm_fill
     fill.restype = ctypes.c_int
-    fill.argtypes = [i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, vp]
+    fill.argtypes = [i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_int]
     return count, fill
+
+
+#: Threads for the kernel: None picks them (one for small operands, else every usable core);
+#: an int forces a count (benchmarks compare 1 and all).
+THREADS: int | None = None
+_SMALL = 1 << 18  # stored entries below which a parallel region costs more than it saves
+
+
+def threads(entries: int) -> int:
+    """How many OpenMP threads to use for operands with ``entries`` stored entries in all."""
+    if THREADS is not None:
+        return max(1, int(THREADS))
+    if entries < _SMALL:
+        return 1
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _p(a: np.ndarray) -> ctypes.c_void_p:
@@ -166,8 +188,9 @@ def spgemm_csr_c(
     itype = ap.dtype
     m, n = shape_a[0], shape_b[1]
     count, fill = _library(ax.dtype.name, itype.name)
+    nt = threads(int(aj.shape[0]) + int(bj.shape[0]))
     counts = np.empty(m, dtype=np.int64)
-    if count(m, n, _p(ap), _p(aj), _p(bp), _p(bj), _p(counts)):
+    if count(m, n, _p(ap), _p(aj), _p(bp), _p(bj), _p(counts), nt):
         raise InvalidValueError(f"SpGEMM: out of memory for the marker arrays ({n} columns per thread)")
     cp = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(counts, out=cp[1:])
@@ -176,7 +199,7 @@ def spgemm_csr_c(
         raise InvalidValueError(f"SpGEMM result has {nnz} entries, more than {itype.name} indices hold")
     cj = np.empty(nnz, dtype=itype)
     cx = np.empty(nnz, dtype=ax.dtype)
-    if fill(m, n, _p(ap), _p(aj), _p(ax), _p(bp), _p(bj), _p(bx), _p(cp), _p(cj), _p(cx)):
+    if fill(m, n, _p(ap), _p(aj), _p(ax), _p(bp), _p(bj), _p(bx), _p(cp), _p(cj), _p(cx), nt):
         raise InvalidValueError(f"SpGEMM: out of memory for the accumulator arrays ({n} columns per thread)")
     if nnz and not cx.all():  # SciPy drops exact zeros of the sum
         keep = cx != 0
