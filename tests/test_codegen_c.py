@@ -208,3 +208,25 @@ def test_shared_outputs_with_other_thread_counts(threads: int, tmp_path) -> None
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "UST_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_no_working_compiler_falls_back_to_scipy_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sp = pytest.importorskip("scipy.sparse")
+    from ust.codegen import compile_c, runtime
+    from ust.convert import asarray
+
+    monkeypatch.setattr(compile_c, "toolchain", lambda: None)
+    monkeypatch.setattr(runtime, "_warned_no_compiler", False)
+    m = sp.random_array((6, 12), density=0.4, format="csr", random_state=3)
+    x = np.random.default_rng(1).standard_normal(12)
+    c = np.ones(6)
+    with caplog.at_level("WARNING", logger="ust.codegen.runtime"):
+        for fmt in ("DIA", "BSR[2,3]"):
+            y = runtime.matmul_generated(asarray(m, format=fmt), x, c, alpha=2.0, beta=0.5)
+            check(y, 2.0 * (m @ x) + 0.5 * c, "float64")
+    assert sum("no working C compiler" in r.message for r in caplog.records) == 1
+    with pytest.raises(BackendUnavailableError, match="batched"):
+        a3, _ = make_case("BatchedCSR", "float64")
+        runtime.matmul_generated(a3, np.ones((3, 8)))

@@ -21,6 +21,7 @@ from ust.runtime.errors import UnsupportedError
 
 __all__ = [
     "GeneratedMatmul",
+    "ScipyFallback",
     "default_group",
     "generated_matmul",
     "matmul_generated",
@@ -175,8 +176,55 @@ class GeneratedMatmul:
         return run_launch_cuda(self.a.format, launch, out, self.order, self._group(launch.op), stream)
 
 
-def generated_matmul(m: Any, target: str, variant: Any = None) -> GeneratedMatmul:
-    """The executor of the ``generated-c`` / ``generated-cuda`` route for a planned ``Matmul``."""
+_warned_no_compiler = False
+
+
+class ScipyFallback:
+    """``alpha * A @ b + beta * c`` through SciPy after converting A to CSR (no usable C compiler)."""
+
+    route = "convert-scipy"
+
+    def __init__(self, a: Any, alpha: complex, beta: complex) -> None:
+        global _warned_no_compiler
+        from ust.runtime.errors import BackendUnavailableError
+
+        if a.ndim != 2 or _nbatch(a.format):
+            raise BackendUnavailableError(
+                f"no working C compiler, and SciPy has no {a.ndim}-D or batched sparse format to fall back on; "
+                "install a C compiler (cc, gcc or clang) or set UST_CC"
+            )
+        if not _warned_no_compiler:
+            _log.warning("no working C compiler: converting %s to CSR and using SciPy instead", a.format)
+            _warned_no_compiler = True
+        self.matrix = a.convert("CSR").to_scipy()
+        self.alpha, self.beta = alpha, beta
+
+    def run(self, b: Any, c: Any, out: Any, stream: int = 0) -> Any:
+        result = self.matrix @ b
+        if self.alpha != 1:
+            result = self.alpha * result
+        if c is not None and self.beta != 0:
+            result = result + self.beta * c
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+
+def _no_compiler() -> bool:
+    from ust.codegen.compile_c import toolchain
+
+    return toolchain() is None
+
+
+def generated_matmul(m: Any, target: str, variant: Any = None) -> GeneratedMatmul | ScipyFallback:
+    """The executor of the ``generated-c`` / ``generated-cuda`` route for a planned ``Matmul``.
+
+    Without a working C compiler the ``generated-c`` route converts A to CSR and uses SciPy
+    (one warning in the log); the interpreter is never a user route.
+    """
+    if target == "c" and _no_compiler():
+        return ScipyFallback(m.a, m.alpha, m.beta)
     ex = GeneratedMatmul(m.a, m.alpha, m.beta, m.dtype, target, variant)
     ex.prepare(m.b, m.out)
     return ex
@@ -200,5 +248,7 @@ def matmul_generated(
     if target is None:
         target = "cuda" if type(a.values).__module__.split(".")[0] == "cupy" else "c"
     launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
+    if target == "c" and _no_compiler():
+        return ScipyFallback(a, alpha, beta).run(x, c if beta != 0 else None, out)
     ex = GeneratedMatmul(a, alpha, beta, launch.dtype, target, variant)
     return ex.run(x, c if beta != 0 else None, out, 0)
