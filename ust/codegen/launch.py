@@ -223,6 +223,7 @@ def prepare(
     scal["NY"] = int(np.prod(out_shape))
     scal["has_y0"] = int(c is not None)
     sizes += [abs(v) for v in scal.values()]
+    sizes.append(max(sizes) * max(ncols, 1))  # flattened (entry, column) thread indices of SpMM
     bufs["x"] = x
     bufs["y0"] = c if c is not None else x  # never read when has_y0 == 0
     return Launch(
