@@ -36,7 +36,7 @@ _LIBRARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
 
-    return from_library(_LIBRARY_OPS[op](a.to_scipy(), b.to_scipy()), fmt)
+    return from_library(_LIBRARY_OPS[op](a.to_scipy(), b.to_scipy()), fmt, canonical=True)
 
 
 def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:

@@ -24,8 +24,12 @@ def std_format(obj: Any) -> Format:
     return get(name.upper())
 
 
-def from_library(obj: Any, fmt: Format | None = None) -> Any:
-    """A Tensor around a canonical library result, converted to ``fmt`` when that differs."""
+def from_library(obj: Any, fmt: Format | None = None, *, canonical: bool = False) -> Any:
+    """A Tensor around a library result, converted to ``fmt`` when that differs.
+
+    ``canonical=True`` says the library made it canonical (sorted, no duplicates: SciPy's
+    union / intersection of canonical operands), so no check pass runs; otherwise SciPy
+    results are canonicalised in place (they are fresh objects, never a caller's)."""
     std = std_format(obj)
     if type(obj).__module__.startswith("cupyx"):
         from ust.convert.cupyx import from_cupyx_trusted
@@ -34,7 +38,9 @@ def from_library(obj: Any, fmt: Format | None = None) -> Any:
     else:
         from ust.convert.scipy import from_scipy_trusted
 
-        if obj.format in ("csr", "csc", "bsr", "coo"):
-            obj.sum_duplicates()  # a no-op on canonical results; sorts a fresh SpGEMM result
+        if canonical:
+            obj.has_canonical_format = True
+        elif obj.format in ("csr", "csc", "bsr", "coo"):
+            obj.sum_duplicates()  # sorts a fresh SpGEMM result
         t = from_scipy_trusted(obj, std)
     return t if fmt is None or fmt == std else t.convert(fmt)
