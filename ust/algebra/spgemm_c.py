@@ -49,7 +49,7 @@ int ust_spgemm_count(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj,
     int failed = 0;
     #pragma omp parallel num_threads(nt)
     {{
-        int64_t* mark = (int64_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+        idx_t* mark = (idx_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(idx_t));
         if (!mark) {{
             #pragma omp atomic write
             failed = 1;
@@ -64,7 +64,7 @@ int ust_spgemm_count(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj,
                 int64_t k = aj[p];
                 for (int64_t q = bp[k]; q < bp[k + 1]; ++q) {{
                     int64_t j = bj[q];
-                    if (mark[j] != i) {{ mark[j] = i; ++c; }}
+                    if (mark[j] != (idx_t)i) {{ mark[j] = (idx_t)i; ++c; }}
                 }}
             }}
             counts[i] = c;
@@ -76,11 +76,12 @@ int ust_spgemm_count(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj,
 
 int ust_spgemm_fill(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val_t* ax,
                     const idx_t* bp, const idx_t* bj, const val_t* bx,
-                    const int64_t* cp, idx_t* cj, val_t* cx, int nt) {{
+                    const int64_t* cp, idx_t* cj, val_t* cx, int nt, int64_t* zeros) {{
     int failed = 0;
-    #pragma omp parallel num_threads(nt)
+    int64_t nzero = 0;
+    #pragma omp parallel num_threads(nt) reduction(+:nzero)
     {{
-        int64_t* mark = (int64_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+        idx_t* mark = (idx_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(idx_t));
         val_t* acc = (val_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(val_t));
         if (!mark || !acc) {{
             #pragma omp atomic write
@@ -97,16 +98,21 @@ int ust_spgemm_fill(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, cons
                 val_t a = ax[p];
                 for (int64_t q = bp[k]; q < bp[k + 1]; ++q) {{
                     int64_t j = bj[q];
-                    if (mark[j] != i) {{ mark[j] = i; acc[j] = a * bx[q]; cj[start + len++] = (idx_t)j; }}
+                    if (mark[j] != (idx_t)i) {{ mark[j] = (idx_t)i; acc[j] = a * bx[q]; cj[start + len++] = (idx_t)j; }}
                     else acc[j] += a * bx[q];
                 }}
             }}
             sort_cols(cj + start, len);
-            for (int64_t t = 0; t < len; ++t) cx[start + t] = acc[cj[start + t]];
+            for (int64_t t = 0; t < len; ++t) {{
+                val_t v = acc[cj[start + t]];
+                cx[start + t] = v;
+                nzero += (v == (val_t)0);
+            }}
         }}
         free(mark);
         free(acc);
     }}
+    *zeros = nzero;
     return failed;
 }}
 """
@@ -147,7 +153,7 @@ def _library(value: str, index: str) -> tuple[Any, Any]:
     count.argtypes = [i64, i64, vp, vp, vp, vp, vp, ctypes.c_int]
     fill = lib.ust_spgemm_fill
     fill.restype = ctypes.c_int
-    fill.argtypes = [i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_int]
+    fill.argtypes = [i64, i64, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_int, vp]
     return count, fill
 
 
@@ -199,9 +205,10 @@ def spgemm_csr_c(
         raise InvalidValueError(f"SpGEMM result has {nnz} entries, more than {itype.name} indices hold")
     cj = np.empty(nnz, dtype=itype)
     cx = np.empty(nnz, dtype=ax.dtype)
-    if fill(m, n, _p(ap), _p(aj), _p(ax), _p(bp), _p(bj), _p(bx), _p(cp), _p(cj), _p(cx), nt):
+    zeros = np.zeros(1, dtype=np.int64)
+    if fill(m, n, _p(ap), _p(aj), _p(ax), _p(bp), _p(bj), _p(bx), _p(cp), _p(cj), _p(cx), nt, _p(zeros)):
         raise InvalidValueError(f"SpGEMM: out of memory for the accumulator arrays ({n} columns per thread)")
-    if nnz and not cx.all():  # SciPy drops exact zeros of the sum
+    if zeros[0]:  # SciPy drops exact zeros of the sum
         keep = cx != 0
         rows = np.repeat(np.arange(m, dtype=np.int64), counts)
         cp = np.zeros(m + 1, dtype=np.int64)
