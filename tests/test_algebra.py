@@ -533,3 +533,15 @@ def test_execution_override_cpu_is_a_no_op():
     if not gpu_available():
         with pytest.raises(ust.DeviceError, match="no usable CUDA device"):
             ops.sum(t, execution="cuda")
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["ust.ops_algebra", "ust.algebra.epilogue", "ust.algebra.linop"],
+)
+def test_module_doctests(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
