@@ -545,3 +545,26 @@ def test_module_doctests(module):
 
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("epilog", [None, "max(y, 0) * scale", "where(y > t, exp(y * 0.1), -abs(y))"])
+def test_generated_sddmm_kernel_compiles_with_nvrtc(dtype, epilog):
+    """The generated CUDA source needs no GPU to check: NVRTC compiles it (skipped without NVRTC)."""
+    from ust.algebra.sddmm import kernel_source
+    from ust.codegen.epilog import compile_epilog
+
+    try:
+        from ust.backends.cuda.nvrtc import compile_cuda, load_nvrtc
+
+        load_nvrtc()
+    except Exception as exc:  # no NVRTC on this machine
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    ep = compile_epilog(epilog) if epilog else None
+    src = kernel_source(dtype, ep)
+    assert "ust_sddmm_warp" in src
+    assert all(f"p_{name}" in src for name in (ep.params if ep else ()))
+    cubin = compile_cuda(src, options=("--std=c++14", "--gpu-architecture=sm_90"))
+    assert len(cubin) > 1000
+    with pytest.raises(ust.UnsupportedError, match="float32, float64"):
+        kernel_source("complex128")
