@@ -56,7 +56,10 @@ class FormatTemplate:
             )
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
-                raise FormatError(f"[bad-parameter] {self.name} parameters must be integers, got {a!r}", rule="bad-parameter")
+                raise FormatError(
+                    f"[bad-parameter] {self.name} parameters must be integers, got {a!r}",
+                    rule="bad-parameter",
+                )
         return _instantiate(self, tuple(args))
 
     def __repr__(self) -> str:
