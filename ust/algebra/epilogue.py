@@ -19,7 +19,8 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
     """Apply the epilogue ``text`` (value variable ``y``) to ``result`` in place and return it.
 
     ``result`` is a NumPy / CuPy array (every element) or a ust Tensor (its stored values inside
-    the tensor's bounds; DIA padding stays untouched).
+    the tensor's bounds; DIA padding stays untouched).  In place means in place: a Tensor that
+    shares its values with a SciPy / CuPy object (``ust.asarray`` without a copy) changes it too.
 
     >>> import numpy as np
     >>> y = np.array([-1.0, 2.0])
