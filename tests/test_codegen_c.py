@@ -230,3 +230,21 @@ def test_no_working_compiler_falls_back_to_scipy_with_one_warning(
     with pytest.raises(BackendUnavailableError, match="batched"):
         a3, _ = make_case("BatchedCSR", "float64")
         runtime.matmul_generated(a3, np.ones((3, 8)))
+
+
+def test_executor_reuses_its_bound_launch_and_sees_new_values() -> None:
+    from ust.codegen.runtime import GeneratedMatmul
+
+    a, dense, x, c = inputs("DIA", "float64", "mv", "row", None)
+    ex = GeneratedMatmul(a, 2.0, 0.5, "float64", "c")
+    out = np.empty(6)
+    assert ex.run(x, c, out) is out
+    check(out, 2.0 * (dense @ x) + 0.5 * c, "float64")
+    bound = ex._bound
+    x *= 3.0  # same object, new contents: the bound launch reads them
+    ex.run(x, c, out)
+    assert ex._bound is bound
+    check(out, 2.0 * (dense @ x) + 0.5 * c, "float64")
+    x2 = x.copy()
+    ex.run(x2, None, None)  # other operands: a new binding
+    assert ex._bound is not bound

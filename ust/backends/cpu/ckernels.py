@@ -25,7 +25,7 @@ from ust.codegen.launch import Launch, kernel_scalar, prepare
 from ust.codegen.lower import lower
 from ust.formats.model import Format
 
-__all__ = ["CKernel", "Memo", "c_kernel", "matmul_c", "prebuild", "run_launch"]
+__all__ = ["CKernel", "Memo", "bind_launch", "c_kernel", "matmul_c", "prebuild", "run_launch"]
 
 _log = logging.getLogger("ust.backends.cpu.ckernels")
 _log.addHandler(logging.NullHandler())
@@ -44,6 +44,10 @@ class CKernel:
         self._iscalar = _CINT[kernel.itype]
 
     def __call__(self, args: Mapping[str, Any]) -> None:
+        self.bind(args)()
+
+    def bind(self, args: Mapping[str, Any]) -> Any:
+        """A zero-argument callable running the kernel on ``args`` (marshalled once)."""
         k = self.kernel
         vt = np.dtype(k.value_dtype)
         keep: list[Any] = []
@@ -69,7 +73,13 @@ class CKernel:
                     arr = np.ascontiguousarray(arr, dtype=want)
                 keep.append(arr)
                 cargs.append(ctypes.c_void_p(arr.ctypes.data))
-        self.fn(*cargs)
+        fn = self.fn
+
+        def call() -> None:
+            fn(*cargs)
+
+        call.keep = keep  # type: ignore[attr-defined]  # the buffers live as long as the call
+        return call
 
 
 def default_cols(op: str, layout: str) -> str:
@@ -153,6 +163,19 @@ def _empty(shape: tuple[int, ...], dtype: str, layout: str) -> np.ndarray:
     if layout == "col" and len(shape) >= 2:
         return np.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype).swapaxes(-1, -2)
     return np.empty(shape, dtype=dtype)
+
+
+def bind_launch(
+    fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto"
+) -> tuple[Any, np.ndarray]:
+    """(zero-argument callable, the array it writes) for a prepared launch."""
+    kern = c_kernel(fmt, launch.op, launch.layout, order, launch.dtype, launch.index_dtype, launch.itype())
+    target = out
+    if target is None or target.dtype != np.dtype(launch.dtype) or not _fits(target, launch.layout):
+        target = _empty(launch.out_shape, launch.dtype, launch.layout)
+    if not target.size:
+        return (lambda: None), target
+    return kern.bind(launch.args(kern.kernel, target)), target
 
 
 def run_launch(fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto") -> np.ndarray:

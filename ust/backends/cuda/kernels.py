@@ -32,7 +32,15 @@ from ust.codegen.lower import kernel_info, lower
 from ust.formats.model import Format
 from ust.runtime.errors import BackendUnavailableError, DeviceError
 
-__all__ = ["CudaKernel", "cuda_kernel", "matmul_cuda", "nvrtc_options", "run_launch_cuda"]
+__all__ = [
+    "BoundLaunch",
+    "CudaKernel",
+    "bind_launch_cuda",
+    "cuda_kernel",
+    "matmul_cuda",
+    "nvrtc_options",
+    "run_launch_cuda",
+]
 
 _log = logging.getLogger("ust.backends.cuda.kernels")
 _log.addHandler(logging.NullHandler())
@@ -168,19 +176,38 @@ def _args(ck: CudaKernel, launch: Launch, y: Any, params: tuple[Any, ...]) -> li
     return out
 
 
-def run_launch_cuda(
+class BoundLaunch:
+    """A launch with every argument and grid computed once: calling it only enqueues kernels.
+
+    ``target`` is the array the kernel writes (``out`` itself when it fits).
+    """
+
+    def __init__(
+        self, steps: list[tuple[Any, tuple[int, int, int], list[Any]]], target: Any, device: int
+    ) -> None:
+        self.steps = steps
+        self.target = target
+        self.device = device
+
+    def __call__(self, stream: int = 0) -> Any:
+        cp = _cupy()
+        with cp.cuda.Device(self.device):
+            s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
+            with s:
+                for fn, grid, args in self.steps:
+                    fn(grid, (BLOCK,), args)
+        return self.target
+
+
+def bind_launch_cuda(
     fmt: Format,
     launch: Launch,
     out: Any = None,
     order: str = "auto",
     group: int = 1,
-    stream: int = 0,
     itype: str | None = None,
-) -> Any:
-    """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer).
-
-    ``itype`` forces the kernel's index arithmetic type (default: int32 where sizes allow).
-    """
+) -> BoundLaunch:
+    """Compile (or fetch) the kernel and fix its arguments and grid for ``launch``."""
     cp = _cupy()
     dev = launch.buffers["val"].device.id
     with cp.cuda.Device(dev):
@@ -203,27 +230,44 @@ def run_launch_cuda(
             or array_layout(target) != launch.layout
         ):
             target = _empty(cp, launch.out_shape, launch.dtype, launch.layout)
+        steps: list[tuple[Any, tuple[int, int, int], list[Any]]] = []
         if target.size:
             info = kernel_info(ck.kernel)
-            s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
-            with s:
-                if ck.init is not None:
-                    ny = launch.scalars["NY"]
-                    grid = (max(1, min(-(-ny // BLOCK), _MAX_GRID_X)), 1, 1)
-                    ck.init(grid, (BLOCK,), _args(ck, launch, target, init_params(ck.kernel)))
-                total = ck.group
-                for kind, arg in info.par_extents:
-                    total *= _extent(fmt, launch, kind, arg)
-                if info.col_par:
-                    total *= launch.ncols
-                nb = launch.scalars["NB"] if info.batch else 1
-                if total > 0 and nb > 0:
-                    grid = (max(1, min(-(-total // BLOCK), _MAX_GRID_X)), max(1, min(nb, _MAX_GRID_Y)), 1)
-                    ck.main(grid, (BLOCK,), _args(ck, launch, target, ck.kernel.params))
-        if out is not None and target is not out:
-            out[...] = target
-            return out
-        return target
+            if ck.init is not None:
+                ny = launch.scalars["NY"]
+                grid = (max(1, min(-(-ny // BLOCK), _MAX_GRID_X)), 1, 1)
+                steps.append((ck.init, grid, _args(ck, launch, target, init_params(ck.kernel))))
+            total = ck.group
+            for kind, arg in info.par_extents:
+                total *= _extent(fmt, launch, kind, arg)
+            if info.col_par:
+                total *= launch.ncols
+            nb = launch.scalars["NB"] if info.batch else 1
+            if total > 0 and nb > 0:
+                grid = (max(1, min(-(-total // BLOCK), _MAX_GRID_X)), max(1, min(nb, _MAX_GRID_Y)), 1)
+                steps.append((ck.main, grid, _args(ck, launch, target, ck.kernel.params)))
+    return BoundLaunch(steps, target, dev)
+
+
+def run_launch_cuda(
+    fmt: Format,
+    launch: Launch,
+    out: Any = None,
+    order: str = "auto",
+    group: int = 1,
+    stream: int = 0,
+    itype: str | None = None,
+) -> Any:
+    """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer).
+
+    ``itype`` forces the kernel's index arithmetic type (default: int32 where sizes allow).
+    """
+    bound = bind_launch_cuda(fmt, launch, out, order, group, itype)
+    target = bound(stream)
+    if out is not None and target is not out:
+        out[...] = target
+        return out
+    return target
 
 
 def matmul_cuda(
