@@ -103,8 +103,10 @@ def keyed(t: Any, fmt: Format, *, keep_zeros: bool = False, mode: str | None = N
         coords = [c - lo if lo else c for c, lo in zip(lvl, lows)]
         in_order = ent.sorted_by is not None and sort_prefix(ent.sorted_by, fmt) == 0
     else:
+        from ust.convert.dense import dense_format
+
         coords = list(ent.dims())
-        in_order = False
+        in_order = ent.sorted_by is not None and sort_prefix(ent.sorted_by, dense_format(len(ext))) == 0
     keys = _linearise(xp, coords, ext)
     values = ent.values
     if not in_order and ent.n > 1:
