@@ -249,8 +249,7 @@ def _elementwise(op: str, a: Any, b: Any, format: Any, execution: Any, route: st
         elif _is_zero(s) and (op != "subtract" or ta is not None):
             out, d = _scale(sparse, lambda v: v + v.dtype.type(0) * s, fmt, "scalar", route, dry)
         elif _is_zero(s):  # 0 - A
-            out, d = _scale(sparse, lambda v: np.negative(v) if not hasattr(v, "device") else -v, fmt, "scalar",
-                            route, dry)  # fmt: skip
+            out, d = _scale(sparse, lambda v: -v, fmt, "scalar", route, dry)
         else:
             raise UnsupportedError(
                 f"{op} of a sparse tensor and the nonzero scalar {s!r} would be dense; supported: scalar 0, "
