@@ -79,22 +79,30 @@ def _library_object(t: Any, name: str, device: str) -> Any:
     return None
 
 
-def time_best(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> float:
-    """Best-of-``repeat`` seconds on the CPU (the machine is shared: the minimum is the
-    least disturbed run)."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
+def time_best(fns: dict[str, Callable[[], Any]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Best-of-``repeat`` seconds of each function on the CPU, run round-robin so that the
+    contenders share whatever else the (shared) machine is doing; the minimum is the least
+    disturbed run."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
     return best
+
+
+def time_gpu_all(fns: dict[str, Callable[[], Any]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Median GPU seconds of each function (CUDA events, see benchmarks.common.time_gpu)."""
+    return {name: time_gpu(fn, repeat=repeat, warmup=warmup) for name, fn in fns.items()}
 
 
 def run(device: str, n: int, repeat: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    timer = time_best if device == "cpu" else time_gpu
+    timer = time_best if device == "cpu" else time_gpu_all
     kw = {"repeat": repeat, "warmup": 1}
     for label, matrix, names in (
         ("poisson", poisson3d(n), POISSON_FORMATS),
@@ -112,17 +120,21 @@ def run(device: str, n: int, repeat: int) -> list[dict[str, Any]]:
                     continue
                 t = tensors[src]
                 fmt = F.format(dst)
-                t_ust = timer(lambda t=t, fmt=fmt: t.convert(fmt), **kw)
-                t_gen = timer(lambda t=t, fmt=fmt: convert(t, fmt, route="general"), **kw)
                 base = _scipy_conversion(src, dst) if device == "cpu" else _cupyx_conversion(src, dst)
-                t_lib = t_can = None
                 canon = _scipy_canonical(src, dst) if device == "cpu" else None
+                fns: dict[str, Callable[[], Any]] = {
+                    "ust": lambda t=t, fmt=fmt: t.convert(fmt),
+                    "general": lambda t=t, fmt=fmt: convert(t, fmt, route="general"),
+                }
                 if base is not None and lib[src] is not None:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        t_lib = timer(lambda a=lib[src], base=base: base(a), **kw)
-                        if canon is not None:
-                            t_can = timer(lambda a=lib[src], canon=canon: canon(a), **kw)
+                    fns["lib"] = lambda a=lib[src], base=base: base(a)
+                    if canon is not None:
+                        fns["canon"] = lambda a=lib[src], canon=canon: canon(a)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    times = timer(fns, **kw)
+                t_ust, t_gen = times["ust"], times["general"]
+                t_lib, t_can = times.get("lib"), times.get("canon")
                 route = explain_route(t, fmt).split(":")[0]
                 rows.append(
                     {
