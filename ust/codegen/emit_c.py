@@ -1,12 +1,15 @@
 """C99 + OpenMP source from the loop IR.
 
-The parallel loops of the IR become ``#pragma omp parallel for`` (``collapse`` over
-perfectly nested ones; for batched kernels every thread walks the batch loop and the row
-loop is shared out with ``omp for nowait``).  Atomic accumulations become
-``#pragma omp atomic``, split into real and imaginary parts for complex values (OpenMP has
-no complex atomics).  A reduction loop of a real-valued kernel gets
-``#pragma omp simd reduction(+:acc)`` when its body holds no further loop.  Complex values
-are C99 ``double _Complex`` / ``float _Complex``.
+The parallel loops of the IR become ``#pragma omp parallel for`` (``collapse`` over perfectly
+nested ones; for batched kernels every thread walks the batch loop and the row loop is shared
+out with ``omp for nowait``), skipped for fewer than ``PAR_THRESHOLD`` iterations.  Where
+iterations may write the same output (COO, CSC, DIA walked by diagonal, ...) each thread
+accumulates into its own partial output -- thread 0 straight into ``y`` -- and the partials are
+summed at the end; only when that memory is refused does the kernel fall back to
+``#pragma omp atomic`` (split into real and imaginary parts for complex values: OpenMP has no
+complex atomics).  ``simd=True`` adds ``#pragma omp simd reduction`` on reduction loops (off by
+default: AVX-512 gathers lost on short rows).  Complex values are C99 ``double _Complex`` /
+``float _Complex``.
 
 ABI: index scalars (of the kernel's compute index type) in parameter order, then one
 ``const VT *vscal`` holding ``alpha, beta`` (value scalars are passed through memory, which

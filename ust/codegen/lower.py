@@ -510,7 +510,7 @@ class _Gen:
 
     # -- generation --------------------------------------------------------------------------
     def run(self) -> Block:
-        env = {"dims": {}, "lc": {}, "q": _c(0), "col": None, "acc": False, "reduce_marked": False}
+        env: dict = {"dims": {}, "lc": {}, "q": _c(0)}
         return block(*self.gen(0, env))
 
     def gen(self, s: int, env: dict) -> list[Stmt]:
@@ -630,7 +630,7 @@ class _Gen:
         col: Expr | None = Var("col") if self.cols else None
         if self.cols_inner:
             return self.acc_region_inner(s, env)
-        env = {**env, "acc": True, "reduce_here": self.plan.reduce_ok}
+        env = {**env, "reduce_here": self.plan.reduce_ok}
         inner = self.gen(s + 1, env)
         yi = self.y_index(env["dims"], col)
         contrib = Bin("*", Var("alpha"), Var("acc"))
@@ -649,7 +649,7 @@ class _Gen:
 
     def acc_region_inner(self, s: int, env: dict) -> list[Stmt]:
         """SpMM with the column loop innermost: accumulate straight into the output row."""
-        env = {**env, "acc": False, "reduce_here": False}
+        env = {**env, "reduce_here": False}
         inner = self.gen(s + 1, env)
         if not self.plan.store:
             return inner
