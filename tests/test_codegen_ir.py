@@ -168,3 +168,18 @@ def test_importing_codegen_loads_no_gpu_package_and_no_compiler() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_default_threads_per_row() -> None:
+    import numpy as np
+
+    from tests.codegen_cases import pack
+    from ust.codegen.runtime import default_group
+
+    rng = np.random.default_rng(0)
+    wide = np.where(rng.random((8, 400)) < 0.5, 1.0, 0.0)
+    assert default_group(pack(wide, F.CSR), "mv") == 32  # ~200 entries per row: a warp per row
+    assert default_group(pack(wide[:, :16], F.CSR), "mv") == 4  # ~8 per row
+    band = np.eye(8) + np.eye(8, k=1) + np.eye(8, k=-1)
+    assert default_group(pack(band, F.DIA), "mv") == 1  # the diagonals are every row's: one thread
+    assert default_group(pack(band, F.COO), "mv") == 1  # no reduction loop

@@ -352,6 +352,11 @@ class KernelInfo:
     #: extents of the non-batch parallel loops: ("D", d) dimension size, ("S", k) level
     #: extent, ("crd", k) length of level k's crd buffer (per batch member)
     par_extents: tuple[tuple[str, int], ...]
+    #: level walked by the reduction loop (-1: none); a level right under the root (DIA's
+    #: diagonals) is shared by every row, so splitting it across a thread group gains nothing
+    reduce_level: int = -1
+    #: first level after the batch levels
+    first_level: int = 0
 
 
 # ----------------------------------------------------------------------------- the lowering proper
@@ -802,6 +807,8 @@ def lower(
         reduce_ok=p.reduce_ok and any(isinstance(n, Loop) and n.reduce for n in _loops(body)),
         col_par=gen.col_par,
         par_extents=tuple(par_extents),
+        reduce_level=next((int(n.var[1:]) for n in _loops(body) if n.reduce), -1),
+        first_level=gen.nb,
     )
     name = kernel_name(fmt, op, layout, p.order, value_dtype, index_dtype, itype)
     if gen.cols_inner:

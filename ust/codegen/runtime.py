@@ -12,6 +12,7 @@ no compiler and no GPU package.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from ust.codegen.launch import prepare
@@ -58,14 +59,14 @@ def orders(fmt: Format, op: str) -> list[str]:
 
 
 def default_group(a: Any, op: str, order: str = "auto") -> int:
-    """Threads per output item on the GPU: about half the stored entries per row, capped at 32."""
+    """Threads per output item on the GPU: the power of two nearest half the entries per row (1 .. 32)."""
     from ust.codegen.lower import lower
 
     k = lower(a.format, op, order=order)
     from ust.codegen.emit_cuda import supports_group
 
-    if not supports_group(k):
-        return 1
+    if not supports_group(k) or k.info["reduce_level"] == k.info["first_level"]:
+        return 1  # no reduction loop, or one over entries every row shares (DIA's diagonals)
     items = 1
     for kind, arg in k.info["par_extents"]:  # type: ignore[attr-defined]
         if kind == "D":
@@ -77,10 +78,7 @@ def default_group(a: Any, op: str, order: str = "auto") -> int:
             items *= int(crd.shape[-1]) if crd is not None else 1
     nse = int(a.values.size)
     avg = nse / max(items, 1)
-    g = 1
-    while g < 32 and g * 2 <= avg / 2 + 1e-9:
-        g *= 2
-    return g
+    return int(min(32, 2 ** round(math.log2(max(avg / 2, 1.0)))))
 
 
 def variants(m: Any, route: str) -> list[str]:
