@@ -394,4 +394,18 @@ def gpu_suite() -> list[tuple[str, str, str, str, str, str, int, str]]:
         out.append((name, "mv", "row", "float64", "int64", "int64", 1, "auto"))
     for name in ("DIA", "DIAI", "DenseColMajor", "CCOL"):
         out.append((name, "mv", "row", "float64", "int32", "int32", 1, "storage"))
+    from ust.codegen.runtime import cuda_order  # the GPU's default where it differs from "auto"
+
+    for name in ALL_2D + ALL_3D + ALL_BATCHED:
+        for op, layout, _ in OP_VARIANTS:
+            order = cuda_order(get_format(name), op)
+            if order != plan_order(name, op):
+                for g in (1, 4):
+                    out.append((name, op, layout, "float64", "int32", "int32", g, order))
     return out
+
+
+def plan_order(name: str, op: str) -> str:
+    from ust.codegen.lower import plan
+
+    return plan(get_format(name), op, "auto").order

@@ -44,9 +44,23 @@ def parse_variant(variant: Any) -> tuple[str, int | None]:
     return order or "auto", g
 
 
-def orders(fmt: Format, op: str) -> list[str]:
-    """Loop orders that give different kernels for ``fmt`` (the default first)."""
-    chosen = plan(fmt, op, "auto").order
+def cuda_order(fmt: Format, op: str) -> str:
+    """Loop order for the GPU: the outer order when storage order would leave the accumulator
+    below the parallel loop (BSR: one thread per block row, output accumulated in memory) and
+    the outer order owns its rows (one thread or group per row, a register accumulator)."""
+    p = plan(fmt, op, "auto")
+    if p.reduce_ok or p.order == "outer":
+        return p.order
+    try:
+        q = plan(fmt, op, "outer")
+    except UnsupportedError:
+        return p.order
+    return "outer" if q.owned and q.reduce_ok else p.order
+
+
+def orders(fmt: Format, op: str, target: str = "c") -> list[str]:
+    """Loop orders that give different kernels for ``fmt`` (the target's default first)."""
+    chosen = cuda_order(fmt, op) if target == "cuda" else plan(fmt, op, "auto").order
     out = [chosen]
     for other in ("storage", "outer"):
         if other != chosen:
@@ -84,7 +98,7 @@ def default_group(a: Any, op: str, order: str = "auto") -> int:
 def variants(m: Any, route: str) -> list[str]:
     """Variants ``autotune`` may time for a planned ``Matmul`` on ``route``."""
     op = "mm" if len(m.b.shape) > (1 + _nbatch(m.a.format)) else "mv"
-    outs: list[str] = list(orders(m.a.format, op))
+    outs: list[str] = list(orders(m.a.format, op, "cuda" if route == "generated-cuda" else "c"))
     if route == "generated-cuda":
         from ust.codegen.emit_cuda import supports_group
         from ust.codegen.lower import lower
@@ -124,6 +138,7 @@ class GeneratedMatmul:
         self.target = target
         self.order, self.group = parse_variant(variant)
         self.route = f"generated-{target}"
+        self._orders: dict[str, str] = {}
         self._groups: dict[str, int] = {}
         self._bound: tuple[Any, Any, Any, Any] | None = None
 
@@ -150,18 +165,26 @@ class GeneratedMatmul:
                 self.a.format,
                 launch.op,
                 launch.layout,
-                self.order,
+                self._order(launch.op),
                 launch.dtype,
                 launch.index_dtype,
                 launch.itype(g),
                 g,
             )
 
+    def _order(self, op: str) -> str:
+        """The loop order: the variant's, else the target's default for this op."""
+        if self.order != "auto" or self.target != "cuda":
+            return self.order
+        if op not in self._orders:
+            self._orders[op] = cuda_order(self.a.format, op)
+        return self._orders[op]
+
     def _group(self, op: str) -> int:
         if self.group is not None:
             return self.group
         if op not in self._groups:
-            self._groups[op] = default_group(self.a, op, self.order)
+            self._groups[op] = default_group(self.a, op, self._order(op))
         return self._groups[op]
 
     def run(self, b: Any, c: Any, out: Any, stream: int = 0) -> Any:
@@ -180,7 +203,9 @@ class GeneratedMatmul:
             else:
                 from ust.backends.cuda.kernels import bind_launch_cuda
 
-                bound = bind_launch_cuda(self.a.format, launch, out, self.order, self._group(launch.op))
+                bound = bind_launch_cuda(
+                    self.a.format, launch, out, self._order(launch.op), self._group(launch.op)
+                )
             self._bound = (b, c, out, bound)
         target = bound(stream)
         if out is not None and target is not out:

@@ -282,9 +282,13 @@ def matmul_cuda(
     group: int | None = None,
     stream: int = 0,
 ) -> Any:
-    """``alpha * a @ x + beta * c`` through the generated CUDA kernel (every operand on the GPU)."""
-    from ust.codegen.runtime import default_group
+    """``alpha * a @ x + beta * c`` through the generated CUDA kernel (every operand on the GPU).
+
+    ``order="auto"`` takes the GPU's default loop order (:func:`ust.codegen.runtime.cuda_order`)."""
+    from ust.codegen.runtime import cuda_order, default_group
 
     launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
+    if order == "auto":
+        order = cuda_order(a.format, launch.op)
     g = group if group is not None else default_group(a, launch.op, order)
     return run_launch_cuda(a.format, launch, out, order, g, stream)
