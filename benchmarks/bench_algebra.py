@@ -6,8 +6,9 @@ add / multiply of two random matrices; sum / max along an axis.  GPU (vs CuPy): 
 Poisson 100^3 (vs CuPy's cuSPARSE-backed ``@``); SDDMM on a 1M x 1M pattern, 8 per row,
 rank 64 (vs gathering rows of A and columns of B with CuPy and a row-wise dot); add of two
 random matrices (vs CuPy ``A + B``).  Every row names the route ust took; ``ust / baseline``
-is a time ratio (below 1: ust is faster).  CPU times are the best of 7 runs (the machine is
-shared); GPU times are medians of CUDA-event timings.
+is a time ratio (below 1: ust is faster).  CPU times are the best of 7 runs with the
+contenders of a case timed in turns (the machine is shared: medians there move by tens of
+percent between runs); GPU times are medians of CUDA-event timings.
 
     python -m benchmarks.bench_algebra [--device cpu|cuda] [--n 60] [--rows 200000] [--append-results]
 """
@@ -41,20 +42,6 @@ def _row(case: str, ust: str, t_ust: float, base: str, t_base: float, goal: str 
     }
 
 
-def _best(fn: Callable[[], Any], repeat: int = 7) -> float:
-    """Best of ``repeat`` runs after a warm-up: on a shared CPU the minimum is the run the other
-    processes disturbed least (medians there move by tens of percent between runs)."""
-    import time
-
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _factors(m: int, n: int, k: int, dtype: Any, xp: Any) -> tuple[Any, Any]:
     rng = np.random.default_rng(7)
     a = rng.standard_normal((m, k)).astype(dtype)
@@ -65,55 +52,76 @@ def _factors(m: int, n: int, k: int, dtype: Any, xp: Any) -> tuple[Any, Any]:
 # ----------------------------------------------------------------------------- CPU
 
 
+def _round_robin(fns: dict[str, Callable[[], Any]], rounds: int = 7) -> dict[str, float]:
+    """Best time of each contender, timed in turns (one run of each per round) after a warm-up,
+    so that a burst of load on the shared machine hits every contender alike."""
+    import time
+
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def _single_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        from ust.algebra import spgemm_c
+
+        spgemm_c.THREADS = 1
+        try:
+            return fn()
+        finally:
+            spgemm_c.THREADS = None
+
+    return run
+
+
 def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     import ust.ops_algebra as ops
     from ust.convert import asarray
 
     out: list[dict[str, Any]] = []
-    t: Callable[[Callable[[], Any]], float] = _best
 
     # SpGEMM A @ A, Poisson n^3
     A = poisson3d(n)
-    ta = asarray(A)
+    ta, tdia = asarray(A), asarray(A, "DIA")
     case = f"SpGEMM A@A, Poisson {n}^3 ({A.shape[0]:,} rows, {A.nnz:,} nnz)"
     route = ops.plan("spgemm", ta, ta).route
-    t_ust = t(lambda: ops.matmul_sparse(ta, ta))
-    t_sp = t(lambda: A @ A)
 
     def sorted_product() -> Any:
         c = A @ A
         c.sort_indices()
         return c
 
-    t_sorted = t(sorted_product)
-    from ust.algebra import spgemm_c
-
-    spgemm_c.THREADS = 1
-    t_one = t(lambda: ops.matmul_sparse(ta, ta, route="generated-c"))
-    spgemm_c.THREADS = None
-    t_scipy_route = t(lambda: ops.matmul_sparse(ta, ta, route="scipy"))
+    t = _round_robin({
+        "ust": lambda: ops.matmul_sparse(ta, ta),
+        "one": _single_thread(lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
+        "scipy-route": lambda: ops.matmul_sparse(ta, ta, route="scipy"),
+        "dia": lambda: ops.matmul_sparse(tdia, tdia),
+        "scipy": lambda: A @ A,
+        "scipy-sorted": sorted_product,
+    })  # fmt: skip
     ours = f"matmul_sparse ({route}, sorted CSR)"
+    base = "scipy A @ A (unsorted rows)"
     out += [
-        _row(case, ours, t_ust, "scipy A @ A (unsorted rows)", t_sp, "<= 1.2"),
-        _row(case, "matmul_sparse (generated-c, 1 thread)", t_one, "scipy A @ A (unsorted rows)", t_sp),
-        _row(
-            case,
-            "matmul_sparse (scipy route: SciPy + sort)",
-            t_scipy_route,
-            "scipy A @ A (unsorted rows)",
-            t_sp,
-        ),
-        _row(case, ours, t_ust, "scipy A @ A + sort_indices", t_sorted),
+        _row(case, ours, t["ust"], base, t["scipy"], "<= 1.2"),
+        _row(case, "matmul_sparse (generated-c, 1 thread)", t["one"], base, t["scipy"]),
+        _row(case, "matmul_sparse (scipy route: SciPy + sort)", t["scipy-route"], base, t["scipy"]),
+        _row(case, ours, t["ust"], "scipy A @ A + sort_indices", t["scipy-sorted"]),
+        _row(case, f"DIA @ DIA ({ops.plan('spgemm', tdia, tdia).route})", t["dia"], base, t["scipy"]),
     ]
-    tdia = asarray(A, "DIA")
-    t_dia = t(lambda: ops.matmul_sparse(tdia, tdia))
-    out.append(_row(case, f"DIA @ DIA ({ops.plan('spgemm', tdia, tdia).route})", t_dia, "scipy A @ A", t_sp))
-    small = poisson3d(max(n // 2, 4))
+    m = max(n // 2, 4)
+    small = poisson3d(m)
     ts = asarray(small)
-    t_esc = _best(lambda: ops.matmul_sparse(ts, ts, route="array-program"), repeat=3)
-    t_esc_sp = t(lambda: small @ small)
-    out.append(_row(f"SpGEMM A@A, Poisson {max(n // 2, 4)}^3", "array-program (expand-sort-compress)", t_esc,
-                    "scipy A @ A", t_esc_sp))  # fmt: skip
+    t = _round_robin({"esc": lambda: ops.matmul_sparse(ts, ts, route="array-program"), "scipy": lambda: small @ small},
+                     rounds=3)  # fmt: skip
+    out.append(_row(f"SpGEMM A@A, Poisson {m}^3", "array-program (expand-sort-compress)", t["esc"], "scipy A @ A",
+                    t["scipy"]))  # fmt: skip
 
     # SDDMM
     S = random_rows(sddmm_rows, 8, seed=3)
@@ -122,44 +130,54 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     rows_, cols_ = np.repeat(np.arange(sddmm_rows), np.diff(S.indptr)), S.indices
     bt = np.ascontiguousarray(b.T)
     case = f"SDDMM {sddmm_rows:,}^2, 8/row, rank 64, f64"
-    t_ust = t(lambda: ops.sddmm(tsd, a, b))
-    t_base = t(lambda: np.einsum("ij,ij->i", a[rows_], bt[cols_]))
-    out.append(_row(case, f"sddmm ({ops.plan('sddmm', tsd, a, b).route})", t_ust, "NumPy gathers + row dot",
-                    t_base, "<= 1.2"))  # fmt: skip
-    t_ep = t(lambda: ops.sddmm(tsd, a, b, epilog="max(y, 0) * s", epilog_params={"s": 0.5}))
-    out.append(_row(case + ", epilogue max(y,0)*s", "sddmm + in-place epilogue", t_ep, "NumPy gathers + row dot",
-                    t_base))  # fmt: skip
+    base = "NumPy gathers + row dot (rows precomputed)"
+    t = _round_robin({
+        "ust": lambda: ops.sddmm(tsd, a, b),
+        "epilog": lambda: ops.sddmm(tsd, a, b, epilog="max(y, 0) * s", epilog_params={"s": 0.5}),
+        "base": lambda: np.einsum("ij,ij->i", a[rows_], bt[cols_]),
+    }, rounds=5)  # fmt: skip
+    out += [
+        _row(case, f"sddmm ({ops.plan('sddmm', tsd, a, b).route})", t["ust"], base, t["base"], "<= 1.2"),
+        _row(case + ", epilogue max(y,0)*s", "sddmm + in-place epilogue", t["epilog"], base, t["base"]),
+    ]
 
-    # elementwise
+    # elementwise, reductions, transpose
     X, Y = random_rows(rows, 8, seed=0), random_rows(rows, 8, seed=1)
     tx, ty = asarray(X), asarray(Y)
-    case = f"add, random {rows:,}^2, 8/row"
-    t_sp = t(lambda: X + Y)
-    out.append(_row(case, f"add ({ops.plan('add', tx, ty).route})", t(lambda: ops.add(tx, ty)), "scipy X + Y", t_sp,
-                    "<= 1.2"))  # fmt: skip
-    out.append(_row(case, "add (array-program, forced)", t(lambda: ops.add(tx, ty, route="array-program")),
-                    "scipy X + Y", t_sp))  # fmt: skip
     dx, dy = asarray(X, "DCSR"), asarray(Y, "DCSR")
-    out.append(_row(case + " as DCSR", f"add ({ops.plan('add', dx, dy).route})", t(lambda: ops.add(dx, dy)),
-                    "scipy X + Y (CSR)", t_sp))  # fmt: skip
-    t_sp = t(lambda: X.multiply(Y))
-    out.append(_row(f"multiply, random {rows:,}^2, 8/row", f"multiply ({ops.plan('multiply', tx, ty).route})",
-                    t(lambda: ops.multiply(tx, ty)), "scipy X.multiply(Y)", t_sp, "<= 1.2"))  # fmt: skip
-    out.append(_row(f"multiply, random {rows:,}^2, 8/row", "multiply (array-program, forced)",
-                    t(lambda: ops.multiply(tx, ty, route="array-program")), "scipy X.multiply(Y)", t_sp))  # fmt: skip
-    # reductions and transpose
-    t_sp = t(lambda: X.sum(axis=1))
-    out.append(
-        _row(f"sum(axis=1), {rows:,}^2", "sum (scipy)", t(lambda: ops.sum(tx, 1)), "scipy X.sum(1)", t_sp)
-    )
-    out.append(_row(f"sum(axis=1), {rows:,}^2", "sum (array-program, forced)",
-                    t(lambda: ops.sum(tx, 1, route="array-program")), "scipy X.sum(1)", t_sp))  # fmt: skip
-    t_sp = t(lambda: X.max(axis=0))
-    out.append(_row(f"max(axis=0), {rows:,}^2", "max (array-program, forced)",
-                    t(lambda: ops.max(tx, 0, route="array-program")), "scipy X.max(0)", t_sp))  # fmt: skip
-    t_sp = t(lambda: X.T)
-    out.append(_row(f"transpose, {rows:,}^2", "transpose (relabel: a view)", t(lambda: ops.transpose(tx)),
-                    "scipy X.T (a view)", t_sp))  # fmt: skip
+    t = _round_robin({
+        "add": lambda: ops.add(tx, ty),
+        "add-array": lambda: ops.add(tx, ty, route="array-program"),
+        "add-dcsr": lambda: ops.add(dx, dy),
+        "scipy-add": lambda: X + Y,
+        "mul": lambda: ops.multiply(tx, ty),
+        "mul-array": lambda: ops.multiply(tx, ty, route="array-program"),
+        "scipy-mul": lambda: X.multiply(Y),
+        "sum": lambda: ops.sum(tx, 1),
+        "sum-array": lambda: ops.sum(tx, 1, route="array-program"),
+        "scipy-sum": lambda: X.sum(axis=1),
+        "max-array": lambda: ops.max(tx, 0, route="array-program"),
+        "scipy-max": lambda: X.max(axis=0),
+        "transpose": lambda: ops.transpose(tx),
+        "scipy-transpose": lambda: X.T,
+    })  # fmt: skip
+    add_case, mul_case = f"add, random {rows:,}^2, 8/row", f"multiply, random {rows:,}^2, 8/row"
+    out += [
+        _row(add_case, f"add ({ops.plan('add', tx, ty).route})", t["add"], "scipy X + Y", t["scipy-add"], "<= 1.2"),
+        _row(add_case, "add (array-program, forced)", t["add-array"], "scipy X + Y", t["scipy-add"]),
+        _row(add_case + " as DCSR", f"add ({ops.plan('add', dx, dy).route})", t["add-dcsr"], "scipy X + Y (CSR)",
+             t["scipy-add"]),
+        _row(mul_case, f"multiply ({ops.plan('multiply', tx, ty).route})", t["mul"], "scipy X.multiply(Y)",
+             t["scipy-mul"], "<= 1.2"),
+        _row(mul_case, "multiply (array-program, forced)", t["mul-array"], "scipy X.multiply(Y)", t["scipy-mul"]),
+        _row(f"sum(axis=1), {rows:,}^2", "sum (scipy)", t["sum"], "scipy X.sum(1)", t["scipy-sum"]),
+        _row(f"sum(axis=1), {rows:,}^2", "sum (array-program, forced)", t["sum-array"], "scipy X.sum(1)",
+             t["scipy-sum"]),
+        _row(f"max(axis=0), {rows:,}^2", "max (array-program, forced)", t["max-array"], "scipy X.max(0)",
+             t["scipy-max"]),
+        _row(f"transpose, {rows:,}^2", "transpose (relabel: a view)", t["transpose"], "scipy X.T (a view)",
+             t["scipy-transpose"]),
+    ]  # fmt: skip
     return out
 
 
