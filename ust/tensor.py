@@ -302,6 +302,12 @@ class Tensor:
 
         return todense(self)
 
+    def plot(self, path: Any = None, **kwargs: Any) -> Any:
+        """Draw the sparsity pattern and the level structure (matplotlib, the ``plot`` extra)."""
+        from ust.plot import plot
+
+        return plot(self, path, **kwargs)
+
     def to(self, device: str | int) -> Tensor:
         """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""
         from ust.convert.device import to_device
