@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,29 +52,17 @@ def _run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-_DEMO_FORMATS = """\
-# A format no library ships: rows compressed, each stored row split into blocks of 4 columns.
-format RowBlocks4 = (i, j) -> (i : compressed, j floordiv 4 : compressed, j mod 4 : dense)
-"""
-
-
 def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", help="a Matrix Market file to use instead of the generated Poisson matrix")
     p.add_argument(
-        "--n", type=int, default=20, help="grid points per side of the generated 3-D Poisson matrix"
+        "--n", type=int, default=24, help="grid points per side of the generated 3-D Poisson matrix"
     )
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from ust.formats import parse_formats
+    from ust.demo import run
 
-    t0 = time.perf_counter()
-    decls = parse_formats(_DEMO_FORMATS)
-    fmt = decls["RowBlocks4"]
-    print("ust demo: a custom sparse format declared as text")
-    print(_DEMO_FORMATS.rstrip())
-    print(f"parsed in {1e3 * (time.perf_counter() - t0):.2f} ms -> {fmt!r}")
-    print(f"canonical text: {fmt.to_text()}")  # type: ignore[union-attr]
+    run(args.matrix, args.n)
     return 0
 
 
