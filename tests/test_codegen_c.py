@@ -51,11 +51,14 @@ def _run(name: str, dtype: str, op: str, layout: str, ncols: int | None, **kw) -
     a, dense, x, c = inputs(name, dtype, op, layout, ncols, **kw)
     alpha, beta = scalars(dtype)
     before = [x.copy(), c.copy(), a.values.copy()]
+    index_before = {k: v.copy() for k, v in (*a._pos.items(), *((k + 100, v) for k, v in a._crd.items()))}
     y = ckernels.matmul_c(a, x, c, alpha=alpha, beta=beta)
     check(y, reference(dense, x, c, alpha, beta, is_batched(name)), dtype)
     np.testing.assert_array_equal(x, before[0])  # inputs never written
     np.testing.assert_array_equal(c, before[1])
     np.testing.assert_array_equal(a.values, before[2])
+    for k, v in (*a._pos.items(), *((k + 100, v) for k, v in a._crd.items())):
+        np.testing.assert_array_equal(v, index_before[k])
     if op == "mm":
         assert y.flags.c_contiguous if layout == "row" else y.swapaxes(-1, -2).flags.c_contiguous
 
