@@ -79,11 +79,13 @@ def run(matrix: str | None = None, n: int = 24, out: Callable[[str], None] = pri
         "MyDIA": decls["MyDIA"],
     }
     tensors = {}
-    for name, fmt in targets.items():
+    for name, target in targets.items():
         if a.shape[0] % 2 and name.startswith("BSR"):
             continue
         try:
-            t, secs = _timed(lambda fmt=fmt: a.convert(fmt))
+            t0 = time.perf_counter()
+            t = a.convert(target)
+            secs = time.perf_counter() - t0
         except ust.FormatError as exc:  # e.g. DIA of a matrix with too many diagonals
             out(f"{name:<12} skipped: {str(exc).splitlines()[0][:70]}")
             continue
