@@ -70,7 +70,7 @@ def run(matrix: str | None = None, n: int = 24, out: Callable[[str], None] = pri
     out(f"matrix: {label}, shape {a.shape}, {a.nnz} nonzeros, {a.dtype}")
     out(f"{'format':<12} {'stored values':>14} {'bytes':>12} {'convert ms':>11}")
     results: dict[str, Any] = {"device": device, "formats": {}}
-    targets = {
+    targets: dict[str, Any] = {
         "CSR": "CSR",
         "COO": "COO",
         "CSC": "CSC",
@@ -84,7 +84,7 @@ def run(matrix: str | None = None, n: int = 24, out: Callable[[str], None] = pri
             continue
         try:
             t0 = time.perf_counter()
-            t = a.convert(target)
+            t = a.convert(target)  # a Format or a standard name (no templates here)
             secs = time.perf_counter() - t0
         except ust.FormatError as exc:  # e.g. DIA of a matrix with too many diagonals
             out(f"{name:<12} skipped: {str(exc).splitlines()[0][:70]}")
