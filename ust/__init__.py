@@ -8,11 +8,12 @@ loads no GPU package, no compiler and builds no parser; those load when a route 
 
 from __future__ import annotations
 
-from ust import dense, formats, io
+from ust import dense, formats, io, ops
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
 from ust.linalg import DirectSolver, DirectSolverOptions, solve
-from ust.ops_matmul import Matmul, matmul
+from ust.ops_algebra import sddmm
+from ust.ops_matmul import Matmul, explain, matmul
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
@@ -51,11 +52,14 @@ __all__ = [
     "__version__",
     "asarray",
     "dense",
+    "explain",
     "format",
     "formats",
     "io",
     "load_formats",
     "matmul",
+    "ops",
     "parse_formats",
+    "sddmm",
     "solve",
 ]

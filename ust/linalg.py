@@ -464,6 +464,26 @@ def _default_space(a: Any, b: Any, execution: Any) -> tuple[ExecutionSpace, Exec
     return ops, CPU, "the operands are in CPU memory (pass execution='cuda' to solve with cuDSS)"
 
 
+def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> str:
+    """How :func:`solve` would run (route, reason, conversions, transfers), without doing it."""
+    ops, space, why = _default_space(a, b, execution)
+    opts = DirectSolverOptions(**options) if options else DirectSolverOptions()
+    fmt = getattr(getattr(a, "format", None), "standard_name", None) or type(a).__name__
+    route = "cuDSS" if space.is_cuda else "SciPy SuperLU (ordering chosen for the pattern at plan time)"
+    lines = [
+        f"operation: solve (A x = b, matrix_type={opts.matrix_type!r}, matrix_view={opts.matrix_view!r})",
+        f"operands in {ops.describe()} memory; execution space: {space.describe()}",
+        f"route: {route}",
+        f"reason: {why}",
+        f"conversion: A ({fmt}) -> CSR"
+        + (" (already CSR)" if fmt in ("CSR", "csr_array", "csr_matrix") else ""),
+        f"check: backward error after every solve ({'on' if opts.check else 'off'})",
+    ]
+    if ops != space:
+        lines.append(f"transfers: A and b to {space.describe()}, x back to {ops.describe()} memory")
+    return "\n".join(lines)
+
+
 def _optional(engine: Any, name: str) -> np.ndarray | None:
     """A cuDSS data value that some matrix types do not define (None, logged, when refused)."""
     from ust.backends.cuda.cudss import CudssError

@@ -9,6 +9,7 @@ space of ``B``.  The fused form is always one library call or one generated kern
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -404,7 +405,7 @@ class Matmul(StatefulOperation):
 
     def _unchecked(self, rebuild: bool) -> None:
         self._move_operands()
-        if rebuild or not self.space.is_cuda:
+        if rebuild:  # executors hold A (descriptors, kernels), never B, C or the result
             if hasattr(self.executor, "free"):
                 self.executor.free()
             self.executor = self._build(self.decision.rule, self.variant)
@@ -497,6 +498,46 @@ def explain_decision(decision: Any, space: ExecutionSpace, operands_space: Execu
     return "\n".join(lines)
 
 
+def _is_sparse_operand(x: Any) -> bool:
+    from ust.algebra.operands import SPARSE, kind
+
+    return bool(kind(x) == SPARSE)
+
+
+def _is_dense_tensor(x: Any) -> bool:
+    from ust.tensor import Tensor
+
+    return isinstance(x, Tensor) and x.format.is_dense and x.format.is_identity
+
+
+# One-shot plans kept for the last few operands, by identity: repeated ``ust.matmul(A, x)``
+# calls with the same A skip planning (descriptors, kernels, workspace).  The entry holds
+# references to the operands' buffers, so an id cannot be reused while it is cached.
+_ONE_SHOT: OrderedDict[tuple[Any, ...], Matmul] = OrderedDict()
+_ONE_SHOT_SIZE = 8
+_BUFFER_ATTRS = ("data", "indices", "indptr", "row", "col", "coords", "offsets")
+
+
+def _one_shot_key(
+    a: Any, b: Any, c: Any, alpha: complex, beta: complex, execution: Any, options: Any
+) -> tuple[Any, ...] | None:
+    if options:
+        return None
+    try:
+        bk = (
+            tuple(b.shape),
+            str(b.dtype),
+            bool(b.flags.c_contiguous),
+            operand_package(b),
+            str(operand_space(b)),
+        )
+        ck = None if c is None else (tuple(c.shape), str(c.dtype), operand_package(c), str(operand_space(c)))
+    except AttributeError:  # torch or array-likes: no cache
+        return None
+    bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
+    return (id(a), bufs, bk, ck, complex(alpha), complex(beta), str(execution))
+
+
 def matmul(
     a: Any,
     b: Any,
@@ -507,17 +548,90 @@ def matmul(
     execution: Any = None,
     options: dict[str, Any] | None = None,
     stream: Any = None,
+    epilog: str | None = None,
+    epilog_params: dict[str, Any] | None = None,
+    format: Any = None,  # noqa: A002 - result format of a sparse @ sparse product
 ) -> Any:
     """One-shot ``alpha * A @ B + beta * C``; the result comes back in B's package and memory space.
+
+    A sparse B makes it a SpGEMM (result in ``format``, default CSR); an all-dense A falls
+    through to :func:`ust.dense.matmul` (cuBLASLt / BLAS); ``epilog`` (e.g. ``"max(y, 0)"``)
+    is applied to the result in place.
 
     >>> import numpy as np, scipy.sparse as sp, ust
     >>> A = sp.random_array((30, 20), density=0.2, format="csr", random_state=1)
     >>> bool(np.allclose(ust.matmul(A, np.ones(20), alpha=0.5), 0.5 * (A @ np.ones(20))))
     True
     """
-    with Matmul(a, b, c, alpha=alpha, beta=beta, execution=execution, options=options, stream=stream) as mm:
-        mm.plan()
-        return mm.execute()
+    if _is_sparse_operand(b):
+        from ust.ops_algebra import matmul_sparse, multiply
+
+        if c is not None or beta != 0:
+            raise UnsupportedError(
+                "sparse @ sparse takes no C/beta; supported: ust.matmul(A, B, alpha=..., format=...)"
+            )
+        out = matmul_sparse(a, b, format=format or "CSR", execution=execution)
+        out = out if alpha == 1 else multiply(out, alpha)
+    elif _is_dense_tensor(a):
+        from ust import dense
+
+        _log.info("A is stored all-dense: the dense route (cuBLASLt on the GPU, BLAS on the CPU) runs it")
+        out = dense.matmul(a.todense(), b, c, alpha=alpha, beta=beta, execution=execution)
+    else:
+        key = _one_shot_key(a, b, c, alpha, beta, execution, options)
+        mm = _ONE_SHOT.get(key) if key is not None else None
+        if mm is not None and not mm.is_freed:
+            _ONE_SHOT.move_to_end(key)  # type: ignore[arg-type]
+            mm._stream_arg = stream
+            mm.reset_operands_unchecked(b=b, c=c) if c is not None else mm.reset_operands_unchecked(b=b)
+        else:
+            mm = Matmul(a, b, c, alpha=alpha, beta=beta, execution=execution, options=options, stream=stream)
+            mm.plan()
+            if key is not None:
+                _ONE_SHOT[key] = mm
+                while len(_ONE_SHOT) > _ONE_SHOT_SIZE:
+                    _ONE_SHOT.popitem(last=False)[1].free()
+        out = mm.execute()
+        if key is not None:
+            mm.out = None  # the next call allocates a fresh result: this one belongs to the caller
+    if epilog is not None:
+        from ust.ops_algebra import apply_epilog
+
+        out = apply_epilog(out, epilog, epilog_params or {})
+    return out
+
+
+def explain(op: str, *operands: Any, **kwargs: Any) -> str:
+    """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
+
+    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"``, or one
+    of the algebra ops (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``,
+    ``"sum"``, ``"max"``, ``"min"``, ``"spgemm"``, ...).
+    """
+    if op == "matmul":
+        a, b, *rest = operands
+        if _is_sparse_operand(b):
+            from ust.ops_algebra import explain as explain_algebra
+
+            return explain_algebra(
+                "spgemm", a, b, **{k: v for k, v in kwargs.items() if k in ("format", "execution")}
+            )
+        if _is_dense_tensor(a):
+            return "operation: dense matmul\nroute: ust.dense (cuBLASLt on the GPU, BLAS/NumPy on the CPU)\nreason: A is stored all-dense"
+        return Matmul(a, b, *rest, **kwargs).explain()
+    if op == "convert":
+        from ust.convert import asarray
+        from ust.convert.routes import explain_route
+
+        t, fmt = operands
+        return explain_route(asarray(t), fmt)
+    if op == "solve":
+        from ust.linalg import explain_solve
+
+        return explain_solve(*operands, **kwargs)
+    from ust.ops_algebra import explain as explain_algebra
+
+    return explain_algebra(op, *operands, **kwargs)
 
 
 def explain_matmul(a: Any, b: Any, c: Any = None, **kwargs: Any) -> str:

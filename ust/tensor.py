@@ -302,6 +302,59 @@ class Tensor:
 
         return todense(self)
 
+    # -- array operators (ust.ops_algebra / ust.ops_matmul plan each one like any other op) -----
+    __array_ufunc__ = None  # so ``ndarray * T`` and ``x @ T`` reach the reflected methods
+
+    def __add__(self, other: Any) -> Any:
+        return _algebra().add(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _algebra().add(other, self)
+
+    def __sub__(self, other: Any) -> Any:
+        return _algebra().subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return _algebra().subtract(other, self)
+
+    def __mul__(self, other: Any) -> Any:
+        return _algebra().multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return _algebra().multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return _algebra().divide(self, other)
+
+    def __neg__(self) -> Any:
+        return _algebra().negative(self)
+
+    def __matmul__(self, other: Any) -> Any:
+        return _algebra().matmul_operator(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return _algebra().rmatmul(other, self)
+
+    @property
+    def T(self) -> Any:
+        """The transpose: a free view where a level permutation expresses it (CSR.T is CSC)."""
+        return _algebra().transpose(self)
+
+    def transpose(self, axes: Any = None) -> Any:
+        return _algebra().transpose(self, axes)
+
+    def sum(self, axis: Any = None) -> Any:
+        """Sum of entries (over ``axis``), as scipy.sparse sums."""
+        return _algebra().sum(self, axis)
+
+    def max(self, axis: Any = None) -> Any:
+        """Largest entry (over ``axis``), implicit zeros counted as scipy.sparse counts them."""
+        return _algebra().max(self, axis)
+
+    def min(self, axis: Any = None) -> Any:
+        """Smallest entry (over ``axis``), implicit zeros counted as scipy.sparse counts them."""
+        return _algebra().min(self, axis)
+
     def plot(self, path: Any = None, **kwargs: Any) -> Any:
         """Draw the sparsity pattern and the level structure (matplotlib, the ``plot`` extra)."""
         from ust.plot import plot
@@ -355,6 +408,12 @@ class Tensor:
 
 def _shape_text(a: Any) -> str:
     return "[" + ", ".join(str(s) for s in a.shape) + "]"
+
+
+def _algebra() -> Any:
+    import ust.ops_algebra
+
+    return ust.ops_algebra
 
 
 def _brief(a: Any, n: int = 6) -> str:
