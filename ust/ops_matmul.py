@@ -256,6 +256,7 @@ class Matmul(StatefulOperation):
             else "C"
         )
         self.out = xp.empty(shape, dtype=self.dtype, order=order)
+        self._direct = self._b_package in ("numpy", "cupy") and self._b_space == self.space
         if self.b.dtype != np.dtype(self.dtype):
             self.b = self.b.astype(self.dtype)
 
@@ -280,17 +281,23 @@ class Matmul(StatefulOperation):
         return self
 
     def _stream(self) -> int:
+        """The raw stream: the one given at construction, else CuPy's current one (read each call)."""
         if not self.space.is_cuda:
             return 0
         from ust.runtime.streams import current_stream, stream_pointer
 
-        return stream_pointer(
-            self._stream_arg if self._stream_arg is not None else current_stream("cupy", self.space.device_id)
-        )
+        if self._stream_arg is not None:
+            return stream_pointer(self._stream_arg)
+        if self.space.device_id in (None, 0):
+            import cupy
+
+            return int(cupy.cuda.get_current_stream().ptr)
+        return stream_pointer(current_stream("cupy", self.space.device_id))
 
     def _execute(self, **kwargs: Any) -> Any:
+        # the hot path: one executor call; delivery to another package/space only when needed
         out = self.executor.run(self.b, self.c, self.out, self._stream())
-        return self._deliver(out)
+        return out if self._direct else self._deliver(out)
 
     def _deliver(self, out: Any) -> Any:
         """The result in B's package and memory space (copied only when spaces differ)."""
