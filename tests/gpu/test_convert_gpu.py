@@ -195,3 +195,30 @@ def test_torch_cuda_zero_copy() -> None:
     back = t.convert("CSC").to_torch()
     assert back.is_cuda and back.layout == torch.sparse_csc
     np.testing.assert_array_equal(back.to_dense().cpu().numpy(), A.toarray())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.int64, np.bool_])
+def test_segment_sum_is_exact(dtype: type) -> None:
+    """Runs of one value come back bitwise, runs of two as one addition (CuPy's add.reduceat
+    differences a cumsum and does neither)."""
+    from ust.convert import _xp
+
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 8, 1000)
+    if np.dtype(dtype).kind == "c":
+        v = v + 1j * rng.standard_normal(1000)
+    v = (v > 0) if dtype is np.bool_ else v.astype(dtype)
+    lens = rng.integers(1, 3, 700)
+    starts = np.cumsum(lens) - lens
+    starts = starts[starts < v.shape[0]]
+    ref = np.add.reduceat(v, starts, dtype=v.dtype)
+    got = _xp.segment_sum(cp, cp.asarray(v), cp.asarray(starts))
+    assert got.dtype == v.dtype
+    np.testing.assert_array_equal(cp.asnumpy(got), ref)
+    long = _xp.segment_sum(cp, cp.asarray(v), cp.asarray(np.array([0, 10, 500], dtype=np.int32)))
+    ref_long = np.add.reduceat(v, [0, 10, 500], dtype=v.dtype)
+    if np.dtype(dtype).kind in "fc":  # long runs: the addition order differs from NumPy's pairwise
+        scale = float(np.abs(v).sum()) * (1e-5 if dtype is np.float32 else 1e-13)
+        np.testing.assert_allclose(cp.asnumpy(long), ref_long, rtol=0, atol=scale)
+    else:
+        np.testing.assert_array_equal(cp.asnumpy(long), ref_long)

@@ -236,6 +236,30 @@ def segment_sum(xp: ModuleType, values: Any, starts: Any) -> Any:
     """
     if values.shape[0] == 0:
         return values[:0]
-    if xp is np:
-        return np.add.reduceat(values, starts, dtype=values.dtype)
-    return xp.add.reduceat(values, starts).astype(values.dtype, copy=False)
+    if not is_cupy(values):
+        return xp.add.reduceat(values, starts, dtype=values.dtype)
+    # not CuPy's add.reduceat: it differences a running cumsum, which is not exact (a run of one
+    # value comes back rounded, a cancelled run as 1e-16 instead of 0).  One thread per run adds
+    # its values left to right instead: a run of one or two is exact, every run deterministic.
+    nseg = int(starts.shape[0])
+    out = xp.empty(nseg, dtype=values.dtype)
+    _segment_sum_kernel()(values, starts, int(values.shape[0]), nseg, out)
+    return out
+
+
+@functools.cache
+def _segment_sum_kernel() -> Any:
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "raw T v, raw I starts, int64 n, int64 nseg",
+        "T s",
+        """
+        long long b = (long long)starts[i];
+        long long e = i + 1 < nseg ? (long long)starts[i + 1] : n;
+        T acc = v[b];
+        for (long long k = b + 1; k < e; ++k) acc += v[k];
+        s = acc;
+        """,
+        "ust_segment_sum",
+    )
