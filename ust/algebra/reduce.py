@@ -9,7 +9,8 @@ an all-empty row gives 0 -- and duplicates are summed first.  Axis results are d
 The array program, written once against ``xp``: the entries' coordinates along the kept
 dimensions become a group id; sums are segmented sums over entries sorted by group (not
 sorted again when they already are, e.g. CSR rows); extremes use ``maximum.at`` /
-``minimum.at`` (on CuPy: atomics), complex values lexicographically as NumPy orders them.
+``minimum.at`` (on CuPy: atomics for integers, a sort by (group, value) for floating values,
+whose 64-bit atomics CuPy rounds), complex values lexicographically as NumPy orders them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from ust.convert import _xp
 from ust.runtime.errors import ShapeError
 
-__all__ = ["check_axis", "extreme_array", "segment_extreme", "sum_array", "sum_dtype"]
+__all__ = ["check_axis", "extreme_array", "segment_extreme", "sorted_extreme", "sum_array", "sum_dtype"]
 
 
 def sum_dtype(dtype: Any) -> np.dtype:
@@ -112,6 +113,8 @@ def segment_extreme(xp: ModuleType, op: str, values: Any, group: Any, G: int) ->
     Complex values compare lexicographically (real part, then imaginary), as NumPy orders them.
     """
     dt = np.dtype(values.dtype)
+    if xp is not np and dt.kind in "fc":
+        return sorted_extreme(xp, op, values, group, G)
     if dt.kind == "c":
         re = segment_extreme(xp, op, xp.ascontiguousarray(values.real), group, G)
         tie = values.real == re[group]
@@ -129,6 +132,43 @@ def segment_extreme(xp: ModuleType, op: str, values: Any, group: Any, G: int) ->
     out = xp.full(G, _identity(work, op), dtype=work)
     getattr(xp, op).at(out, group, values.astype(work, copy=False))
     return out.astype(dt, copy=False)
+
+
+def sorted_extreme(xp: ModuleType, op: str, values: Any, group: Any, G: int) -> Any:
+    """``segment_extreme`` by sorting: entries ordered by (group, value), each group's last
+    (maximum) or first (minimum) entry taken.
+
+    The GPU path for floating values: CuPy's ``maximum.at`` / ``minimum.at`` on float64 go
+    through a ``fmaxf`` (float32) atomic and round the result.  A sort moves values without
+    arithmetic, so the result is one of the stored values exactly.  Complex values sort by
+    real part, then imaginary part (NumPy's order); a group holding a NaN gives NaN, as
+    ``np.maximum`` / ``np.minimum`` propagate it.
+    """
+    dt = np.dtype(values.dtype)
+    ident = _identity(np.dtype(dt.char.lower()) if dt.kind == "c" else dt, op)
+    out = xp.full(G, complex(ident, ident) if dt.kind == "c" else ident, dtype=dt)
+    n = int(values.shape[0])
+    if n == 0:
+        return out
+    keys = [values.imag, values.real] if dt.kind == "c" else [values]
+    perm: Any = None
+    for key in (*keys, group):  # stable sorts, least significant key first
+        p = _xp.argsort_stable(xp, key if perm is None else key[perm])
+        perm = p if perm is None else perm[p]
+    gs = group[perm]
+    edge = xp.empty(n, dtype=bool)  # the last (maximum) or first (minimum) entry of each group
+    if op == "maximum":
+        edge[-1] = True
+        xp.not_equal(gs[1:], gs[:-1], out=edge[:-1])
+    else:
+        edge[0] = True
+        xp.not_equal(gs[1:], gs[:-1], out=edge[1:])
+    pick = perm[xp.flatnonzero(edge)]
+    out[group[pick]] = values[pick]
+    nan = xp.flatnonzero(xp.isnan(values))
+    if int(nan.shape[0]):
+        out[group[nan]] = values[nan]
+    return out
 
 
 def _with_zero(xp: ModuleType, op: str, x: Any) -> Any:
