@@ -148,13 +148,17 @@ def test_transpose_view(name):
 def test_spgemm_every_format(name, dtype):
     A = matrix(18, dtype)
     B = matrix(19, dtype, shape=(SHAPE[1], 6))
-    ta = gpu(A, name)
-    tb = asarray(B).to("cuda")
+    # cuSPARSE SpGEMM takes int32 indices only: int32 CSR goes straight in, int64 CSR (what
+    # these SciPy matrices hold) and every other format are converted first
+    ta = asarray(A, fmt(name), index_dtype=np.int32 if name == "CSR" else None).to("cuda")
+    tb = asarray(B, index_dtype=np.int32).to("cuda")
     sa, sb = snapshot(ta), snapshot(tb)
     ref = (A @ B).toarray()
     tol = 1e-4 if dtype in (np.float32, np.complex64) else 1e-12
     d = ops.plan("spgemm", ta, tb)
     assert d.route == ("cusparse" if name == "CSR" else "convert-cusparse")
+    if name == "CSR":
+        assert ops.plan("spgemm", gpu(A, name), tb).route == "convert-cusparse"  # int64 indices
     for route in (None, "array-program"):
         C = ops.matmul_sparse(ta, tb, route=route)
         assert C.device.startswith("cuda") and C.format.standard_name == "CSR"
@@ -262,5 +266,6 @@ def test_device_mismatch_and_explain():
     A = matrix(30)
     with pytest.raises(ust.DeviceError):
         ops.add(asarray(A), gpu(A, "CSR"))
-    text = ops.explain("spgemm", gpu(A, "CSR"), gpu(sp.csr_array(A.T), "CSR"))
+    a32 = asarray(A, "CSR", index_dtype=np.int32, device="cuda")
+    text = ops.explain("spgemm", a32, asarray(sp.csr_array(A.T), "CSR", index_dtype=np.int32, device="cuda"))
     assert "route: cusparse" in text and "execution space: cuda" in text

@@ -284,7 +284,8 @@ def test_saved_plan_reuses_the_reordering(tmp_path: object) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     words = out.stdout.split()
-    assert words[0] == "True" and int(words[1]) == f.lu_nnz and words[2] == "True"
+    # a fresh process takes the saved permutation too: the same fill within 1% (as above)
+    assert words[0] == "True" and abs(int(words[1]) - f.lu_nnz) <= 0.01 * f.lu_nnz and words[2] == "True"
 
 
 def test_batch_list() -> None:
