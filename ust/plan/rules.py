@@ -177,12 +177,14 @@ def _algebra_rules() -> tuple[Rule, ...]:
              "no cuSPARSE SpGEMM for {dtype}: expand-sort-compress as a CuPy array program",
              dtypes=ALGEBRA_VALUES),
         # ---- SDDMM
+        # measured on the H200 (1 M x 1 M, 8/row, rank 64): generated 3.6-3.8 ms, cuSPARSE 11-12 ms
+        Rule("sddmm", "cuda", ANY, "generated-cuda",
+             "a kernel generated for {fmt}, one warp per stored entry, epilogue fused: about 3x faster "
+             "than cuSPARSE SDDMM on the H200",
+             dtypes=frozenset({"float32", "float64"})),
         Rule("sddmm", "cuda", frozenset({"CSR"}), "cusparse",
              "cuSPARSE SDDMM samples A @ B on canonical CSR with {dtype} values, alpha/beta fused",
              when="canonical"),
-        Rule("sddmm", "cuda", ANY, "generated-cuda",
-             "no library SDDMM for {fmt}: a generated kernel, one warp per stored entry, epilogue fused",
-             dtypes=frozenset({"float32", "float64"})),
         Rule("sddmm", "cuda", ANY, "array-program",
              "SDDMM as a CuPy array program (row gathers and a batched dot, in chunks)",
              dtypes=ALGEBRA_VALUES),
