@@ -2,14 +2,15 @@
 # Source this on the GPU machine (see ../shared/device/README.md) before running GPU tests or
 # benchmarks from a checkout: installs the carried wheels (lark, cuDSS, nvmath-python) once per
 # machine into ~/gpu and puts ust and them on the path.
-#   first call  (carry .cudss/a):          bash scripts/gpu-env.sh stage-a
-#   second call (carry .cudss/b and .whl): source scripts/gpu-env.sh && python3 -m pytest -m gpu tests
-if [ "${1:-}" = "stage-a" ]; then
-  mkdir -p ~/parts && cp .cudss/a/* ~/parts/ && echo "staged piece a" && exit 0
+#   first calls (carry .cudss/a, then .cudss/b, ...):  bash scripts/gpu-env.sh stage
+#   last call   (carry the last piece and .whl):       source scripts/gpu-env.sh && python3 -m pytest -m gpu tests
+if [ "${1:-}" = "stage" ] || [ "${1:-}" = "stage-a" ]; then
+  mkdir -p ~/parts && for d in .cudss/?; do [ -d "$d" ] && cp "$d"/* ~/parts/; done
+  echo "staged: $(ls ~/parts | tr '\n' ' ')" && exit 0
 fi
 if [ ! -e ~/gpu/.installed ]; then
   mkdir -p ~/parts
-  for d in .cudss/b .cudss/c; do [ -d "$d" ] && cp "$d"/* ~/parts/; done
+  for d in .cudss/?; do [ -d "$d" ] && cp "$d"/* ~/parts/; done
   if [ -e ~/parts/NAME ]; then
     n=$(cat ~/parts/NAME)
     cat ~/parts/piece.* > ~/"$n"
