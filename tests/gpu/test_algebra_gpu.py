@@ -207,7 +207,8 @@ def test_sddmm_every_format_every_route(name, dtype, cp):
     d = ops.plan("sddmm", t, ga, gb)
     routes = [d.route] + [r.route for r in d.alternatives]
     if name == "CSR" and dtype != np.complex128:
-        assert routes[:2] == ["cusparse", "generated-cuda"]
+        # the generated kernel is first: 3x faster than cuSPARSE SDDMM on the H200 (RESULTS.md)
+        assert routes[:2] == ["generated-cuda", "cusparse"]
     tol = 1e-4 if dtype == np.float32 else 1e-11
     for route in routes:
         for alpha, beta in ((1, 0), (2.0, -0.5)):
