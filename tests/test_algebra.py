@@ -585,8 +585,8 @@ def test_execution_override_cpu_is_a_no_op():
         ops.add(t, t, execution="tpu")
     from ust.backends.cuda.arrays import gpu_available
 
-    if not gpu_available():
-        with pytest.raises(ust.DeviceError, match="no usable CUDA device"):
+    if not gpu_available():  # no device: DeviceError; no CuPy at all: the error naming the extra
+        with pytest.raises((ust.DeviceError, ust.BackendUnavailableError), match="CUDA device|ust\\[cu"):
             ops.sum(t, execution="cuda")
 
 

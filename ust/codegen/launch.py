@@ -165,8 +165,10 @@ def prepare(
     xp = _xp_of(a.values)
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = xp.asarray(x)
+    host = xp is np
     for name, arr in (("x", x), ("c", c), ("out", out)):
-        if arr is not None and _xp_of(arr) is not xp:
+        # compare by module name: an operand in the other memory must not need CuPy to be refused
+        if arr is not None and (type(arr).__module__.split(".")[0] == "cupy") == host:
             where = "GPU (CuPy)" if xp is not np else "host (NumPy)"
             raise DeviceError(f"{name} is not in the same memory as A (A's buffers are {where} arrays)")
     xshape = tuple(int(s) for s in x.shape)
