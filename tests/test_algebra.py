@@ -586,7 +586,7 @@ def test_execution_override_cpu_is_a_no_op():
     from ust.backends.cuda.arrays import gpu_available
 
     if not gpu_available():  # no device: DeviceError; no CuPy at all: the error naming the extra
-        with pytest.raises((ust.DeviceError, ust.BackendUnavailableError), match="CUDA device|ust\\[cu"):
+        with pytest.raises((ust.DeviceError, ust.BackendUnavailableError), match=r"CUDA device|ust\[cu"):
             ops.sum(t, execution="cuda")
 
 
