@@ -58,3 +58,30 @@ def test_wrong_shapes_in_solve(tmp_path, capsys) -> None:
     scipy.io.mmwrite(b, np.ones((5, 1)))
     assert main(["solve", str(a), "--rhs", str(b)]) == 1
     assert "shape" in capsys.readouterr().err.lower()
+
+
+def test_spmv_and_explain_commands(tmp_path, capsys) -> None:
+    path = tmp_path / "p.mtx"
+    scipy.io.mmwrite(path, sp.coo_matrix(poisson3d(5)))
+    assert main(["spmv", str(path), "--format", "DIA", "--k", "3", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "route:" in out and "max relative error vs SciPy" in out
+    assert main(["explain", "matmul", str(path), "--format", "DCSR"]) == 0
+    assert "generated-c" in capsys.readouterr().out
+    assert main(["explain", "convert", str(path), "--to", "DIA"]) == 0
+    assert main(["explain", "convert", str(path)]) == 1  # --to missing: one-line error
+
+
+def test_progress_line_only_for_long_work() -> None:
+    import io
+    import time
+
+    from ust.progress import progress
+
+    buf = io.StringIO()
+    with progress("quick", stream=buf, force=True, delay=0.5):
+        pass
+    assert buf.getvalue() == ""
+    with progress("slow", stream=buf, force=True, delay=0.05):
+        time.sleep(0.4)
+    assert "slow ... done in" in buf.getvalue()

@@ -93,9 +93,13 @@ def solve_command(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with DirectSolver(operand, b, options=options, execution=args.execution) as s:
         _row(f"setup on {s.space} ({s.backend})", time.perf_counter() - t0)
-        plan = s.plan()
+        from ust.progress import progress
+
+        with progress("analysis"):
+            plan = s.plan()
         _row(f"analysis ({plan.ordering})", plan.seconds)
-        f = s.factorize()
+        with progress("factorization"):
+            f = s.factorize()
         fill = f"fill {f.fill:.2f}x" if f.fill else "fill n/a"
         _row(f"factorization ({fill})", f.seconds)
         times = []

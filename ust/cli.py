@@ -93,12 +93,16 @@ def _run_solve(args: argparse.Namespace) -> int:
 
 
 def _tensor_command(name: str) -> _Command:
-    """``show`` / ``convert`` live in ust.cli_tensor (imported when the parser is built)."""
+    """Commands kept in their own modules: show / convert (ust.cli_tensor), spmv / explain
+    (ust.cli_compute); imported when the parser is built."""
+    from ust import cli_compute as cc
     from ust import cli_tensor as ct
 
     table = {
         "show": (ct.SHOW_HELP, ct.SHOW_EXAMPLE, ct.configure_show, ct.run_show),
         "convert": (ct.CONVERT_HELP, ct.CONVERT_EXAMPLE, ct.configure_convert, ct.run_convert),
+        "spmv": (cc.SPMV_HELP, cc.SPMV_EXAMPLE, cc.configure_spmv, cc.run_spmv),
+        "explain": (cc.EXPLAIN_HELP, cc.EXPLAIN_EXAMPLE, cc.configure_explain, cc.run_explain),
     }
     return _Command(*table[name])
 
@@ -112,6 +116,8 @@ _COMMANDS: dict[str, _Command] = {
     ),
     "show": _tensor_command("show"),
     "convert": _tensor_command("convert"),
+    "spmv": _tensor_command("spmv"),
+    "explain": _tensor_command("explain"),
     "solve": _Command(
         "solve A x = b with cuDSS on the GPU or SuperLU on the CPU, printing each phase's time and the residual",
         "ust solve A.mtx --rhs b.mtx --execution cuda",
@@ -174,6 +180,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UstError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"ust {args.command}: error: {first}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug or a foreign library's error: still one line, no traceback
+        if os.environ.get("UST_DEBUG"):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(
+            f"ust {args.command}: error: {type(exc).__name__}: {first} (UST_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         return 130

@@ -270,7 +270,10 @@ def run_convert(args: argparse.Namespace) -> int:
     print(
         f"        shape {t.shape}, {t.dtype}, nse {t.nse}, nnz {t.nnz}, {_human(_nbytes(t))} in {t1 - t0:.3f} s"
     )
-    u = t.convert(fmt, index_dtype=args.index_dtype)
+    from ust.progress import progress
+
+    with progress(f"converting to {fmt.standard_name or 'the target format'}"):
+        u = t.convert(fmt, index_dtype=args.index_dtype)
     t2 = time.perf_counter()
     per = f", {1e9 * (t2 - t1) / max(t.nnz, 1):.1f} ns per nonzero" if t.nnz else ""
     print(f"convert -> {_title(u.format)}")
