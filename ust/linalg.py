@@ -114,8 +114,13 @@ class DirectSolverOptions:
     hybrid_memory: bool = False
     hybrid_device_memory_limit: int | None = None
     check: bool | float = True
+    devices: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.devices is not None:  # [0, 1, ...]: one GPU -> that GPU; several -> cuDSS MG mode
+            from ust.linalg_distributed import parse_devices
+
+            object.__setattr__(self, "devices", parse_devices(self.devices))
         _one_of("matrix_type", self.matrix_type, MATRIX_TYPES)
         _one_of("matrix_view", self.matrix_view, MATRIX_VIEWS)
         _one_of("reordering", self.reordering, REORDERINGS)
@@ -552,6 +557,10 @@ class DirectSolver(StatefulOperation):
     ) -> None:
         super().__init__()
         self.options = DirectSolverOptions.coerce(options)
+        if self.options.devices is not None:
+            from ust.linalg_distributed import devices_execution
+
+            execution = devices_execution(self.options.devices, execution)
         parse_execution(execution)  # bad values fail here, before anything else
         # --- checks that need no data movement
         shape = _sparse_shape(a)
@@ -573,6 +582,12 @@ class DirectSolver(StatefulOperation):
                 raise DeviceError(
                     f"execution={execution!r} asks for a GPU, but CuPy sees no usable CUDA device"
                 )
+            if self.options.devices is not None:
+                import cupy
+
+                from ust.linalg_distributed import parse_devices
+
+                parse_devices(self.options.devices, cupy.cuda.runtime.getDeviceCount())
             get_library()
         # --- operands into the execution space
         self._csr = self._load_matrix(a)
@@ -651,7 +666,14 @@ class DirectSolver(StatefulOperation):
 
             config = _cudss_config(o, self.space.device_id or 0)
             c = self._csr
-            engine: Any = CudssFactorization(
+            mg = self._mg_devices()
+            engine_cls: Any = CudssFactorization
+            extra: dict[str, Any] = {}
+            if mg:
+                from ust.backends.cuda.cudss_mg import CudssMgFactorization
+
+                engine_cls, extra = CudssMgFactorization, {"devices": mg}
+            engine: Any = engine_cls(
                 c.indptr,
                 c.indices,
                 c.data,
@@ -661,7 +683,14 @@ class DirectSolver(StatefulOperation):
                 config=config,
                 device_id=self.space.device_id or 0,
                 stream=self._stream,
+                **extra,
             )
+            if mg:
+                _log.info(
+                    "route: cuDSS MG mode over GPUs %s, matrix and right-hand sides on GPU %d",
+                    list(mg),
+                    mg[0],
+                )
             self._x = self._new_x()
             engine.set_rhs(self._b, self._x)
             _log.info(
@@ -692,6 +721,11 @@ class DirectSolver(StatefulOperation):
             cpu_engine.reason,
         )
         return cpu_engine
+
+    def _mg_devices(self) -> tuple[int, ...] | None:
+        """The device list when cuDSS's MG mode runs (two or more GPUs), else None."""
+        devs = self.options.devices
+        return devs if self.space.is_cuda and devs is not None and len(devs) > 1 else None
 
     def _new_x(self) -> Any:
         import cupy
@@ -733,6 +767,8 @@ class DirectSolver(StatefulOperation):
             row, col = _optional(e, "perm_reorder_row"), _optional(e, "perm_reorder_col")
             est = _optional(e, "memory_estimates")
             estimates = None if est is None else dict(zip(MEMORY_ESTIMATE_FIELDS, (int(v) for v in est)))
+            if self._mg_devices():
+                self._log_spread(estimates)
             ordering = ("saved plan" if from_saved else self.options.reordering) + " (cuDSS)"
         else:
             facts, secs = self._timed("analysis", lambda: self._superlu(lambda: e.analyze(self._user_perm)))
@@ -743,6 +779,20 @@ class DirectSolver(StatefulOperation):
             self.backend, ordering, secs, self.n, self._csr.nnz, from_saved, row, col, estimates
         )
         return self.plan_info
+
+    def _log_spread(self, estimates: dict[str, int] | None) -> None:
+        """MG mode: say how the estimated device memory lands on the GPUs (WARNING when short)."""
+        import cupy
+
+        from ust.linalg_distributed import spread_report
+
+        devs = self._mg_devices() or ()
+        free = {}
+        for d in devs:
+            with cupy.cuda.Device(d):
+                free[d] = int(cupy.cuda.runtime.memGetInfo()[0])
+        report = spread_report(devs, estimates, free, self.options.hybrid_memory)
+        (_log.info if report.fits else _log.warning)("%s", report.message)
 
     def _superlu(self, fn: Any) -> Any:
         """Run a SuperLU phase, naming the structure when it finds the matrix singular."""
@@ -1056,6 +1106,12 @@ def _solve_batch(
         raise ShapeError("a batch of matrices needs a sequence of right-hand sides of the same length")
     if not mats:
         return []
+    if opts.devices is not None and len(opts.devices) > 1:
+        raise UnsupportedError(
+            "a batch of systems runs on one GPU; pass devices=[d] or solve each system alone"
+        )
+    if opts.devices is not None and execution is None:
+        execution = f"cuda:{opts.devices[0]}"
     named = {**{f"a[{i}]": m for i, m in enumerate(mats)}, **{f"b[{i}]": r for i, r in enumerate(rhss)}}
     if execution is None:
         resolve_space(named)  # operands on different devices: DeviceError naming each

@@ -429,11 +429,10 @@ class CudssFactorization:
         self._rhs_shape: tuple[int, int] | None = None
         self._rhs_refs: list[Any] = []
         with self.cupy.cuda.Device(device_id):
-            self.handle = get_handle(device_id)
+            self.handle = self._acquire_handle(device_id)
             self.lib.call("cudssConfigCreate", ctypes.byref(self._config))
+            self._configure(config)
             self.lib.call("cudssDataCreate", self.handle, ctypes.byref(self._data))
-            for name, value in config.items():
-                self.lib.config_set(self._config.value or 0, name, value)
             self.lib.call(
                 "cudssMatrixCreateCsr",
                 ctypes.byref(self._a),
@@ -452,6 +451,15 @@ class CudssFactorization:
                 INDEX_BASE_ZERO,
                 what="CSR matrix",
             )
+
+    def _acquire_handle(self, device_id: int) -> int:
+        """The handle to use (hook: the multi-GPU binding in cudss_mg returns a cudssCreateMg handle)."""
+        return get_handle(device_id)
+
+    def _configure(self, config: dict[str, Any]) -> None:
+        """Set the config values (hook: cudss_mg adds the device list)."""
+        for name, value in config.items():
+            self.lib.config_set(self._config.value or 0, name, value)
 
     # ------------------------------------------------------------------ operands
 
