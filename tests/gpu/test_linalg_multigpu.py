@@ -30,11 +30,11 @@ def test_mg_matches_single_gpu(matrix_type: str, caplog: pytest.LogCaptureFixtur
     b = np.random.default_rng(0).standard_normal((a.shape[0], 2))
     b0 = b.copy()
     one = L.solve(a, b, execution="cuda:0", matrix_type=matrix_type)
-    with caplog.at_level(logging.INFO, logger="ust"):
-        with L.DirectSolver(a, b, options={"devices": [0, 1], "matrix_type": matrix_type}) as s:
-            s.plan()
-            s.factorize()
-            two = s.solve()
+    opts = {"devices": [0, 1], "matrix_type": matrix_type}
+    with caplog.at_level(logging.INFO, logger="ust"), L.DirectSolver(a, b, options=opts) as s:
+        s.plan()
+        s.factorize()
+        two = s.solve()
     text = caplog.text
     assert "MG mode over GPUs [0, 1]" in text and "per GPU" in text
     assert s.backward_error is not None and s.backward_error < 1e-12
