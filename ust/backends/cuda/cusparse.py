@@ -224,8 +224,66 @@ def _scalar(value: complex, dtype: Any) -> ctypes.Array[Any]:
     return (ctypes.c_char * buf.nbytes).from_buffer_copy(buf.tobytes())
 
 
-class SpMVPlan:
-    """``y = alpha * A @ x + beta * y`` with descriptors and workspace made once."""
+def _dense_vector(a: Any) -> ctypes.c_void_p:
+    d = _vp()
+    call("cusparseCreateDnVec", ctypes.byref(d), int(a.size), _vp(_ptr(a)), cuda_data_type(a.dtype))
+    return d
+
+
+def dense_matrix_descriptor(a: Any) -> ctypes.c_void_p:
+    """A cuSPARSE dense-matrix descriptor over a row- or column-major CuPy array."""
+    d = _vp()
+    rows, cols = a.shape
+    if a.flags.c_contiguous:
+        order, ld = ORDER_ROW, cols
+    elif a.flags.f_contiguous:
+        order, ld = ORDER_COL, rows
+    else:
+        raise UnsupportedError("cuSPARSE SpMM needs a row-major or column-major contiguous dense operand")
+    call(
+        "cusparseCreateDnMat",
+        ctypes.byref(d),
+        rows,
+        cols,
+        max(ld, 1),
+        _vp(_ptr(a)),
+        cuda_data_type(a.dtype),
+        order,
+    )
+    return d
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between SpMV and SpMM: the calls, the dense descriptors, the operations."""
+
+    call: str
+    create: Callable[[Any], ctypes.c_void_p]
+    set_values: str
+    destroy: str
+    ops: tuple[int, ...]
+
+
+_SPMV = _Kind(
+    "cusparseSpMV",
+    _dense_vector,
+    "cusparseDnVecSetValues",
+    "cusparseDestroyDnVec",
+    (OPERATION_NON_TRANSPOSE,),
+)
+_SPMM = _Kind(
+    "cusparseSpMM",
+    dense_matrix_descriptor,
+    "cusparseDnMatSetValues",
+    "cusparseDestroyDnMat",
+    (OPERATION_NON_TRANSPOSE, OPERATION_NON_TRANSPOSE),
+)
+
+
+class _Plan:
+    """``Y = alpha * A @ X + beta * Y`` with descriptors and workspace made once (SpMV or SpMM)."""
+
+    kind: _Kind
 
     def __init__(
         self,
@@ -239,127 +297,48 @@ class SpMVPlan:
     ) -> None:
         import cupy
 
+        k = self.kind
         self.mat, self.x, self.y, self.algorithm, self.device_id = mat, x, y, algorithm, device_id
         self.compute = cuda_data_type(y.dtype)
         self.alpha, self.beta = _scalar(alpha, y.dtype), _scalar(beta, y.dtype)
-        self._x, self._y = _vp(), _vp()
-        call("cusparseCreateDnVec", ctypes.byref(self._x), int(x.size), _vp(_ptr(x)), cuda_data_type(x.dtype))
-        call("cusparseCreateDnVec", ctypes.byref(self._y), int(y.size), _vp(_ptr(y)), cuda_data_type(y.dtype))
+        self._x, self._y = k.create(x), k.create(y)
+        head = (*k.ops, self.alpha, _vp(mat.ptr), self._x, self.beta, self._y, self.compute, algorithm)
         size = ctypes.c_size_t()
-        h = handle(device_id, cupy.cuda.get_current_stream().ptr)
         call(
-            "cusparseSpMV_bufferSize", _vp(h), OPERATION_NON_TRANSPOSE, self.alpha, _vp(mat.ptr), self._x,
-            self.beta, self._y, self.compute, algorithm, ctypes.byref(size),
-        )  # fmt: skip
-        self.workspace = cupy.empty(max(int(size.value), 1), dtype=cupy.uint8)
-        self._ws = _vp(int(self.workspace.data.ptr))
-        self._fn = _api()["cusparseSpMV"]
-        self._args = (
-            OPERATION_NON_TRANSPOSE,
-            self.alpha,
-            _vp(mat.ptr),
-            self._x,
-            self.beta,
-            self._y,
-            self.compute,
-            algorithm,
-            self._ws,
+            f"{k.call}_bufferSize",
+            _vp(handle(device_id, cupy.cuda.get_current_stream().ptr)),
+            *head,
+            ctypes.byref(size),
         )
+        self.workspace = cupy.empty(max(int(size.value), 1), dtype=cupy.uint8)
+        self._fn = _api()[k.call]
+        self._args = (*head, _vp(int(self.workspace.data.ptr)))
 
     def set_x(self, x: Any) -> None:
         self.x = x
-        call("cusparseDnVecSetValues", self._x, _vp(_ptr(x)))
+        call(self.kind.set_values, self._x, _vp(_ptr(x)))
 
     def set_y(self, y: Any) -> None:
         self.y = y
-        call("cusparseDnVecSetValues", self._y, _vp(_ptr(y)))
+        call(self.kind.set_values, self._y, _vp(_ptr(y)))
 
     def run(self, stream: int) -> None:
-        _check(self._fn(_vp(handle(self.device_id, stream)), *self._args), "cusparseSpMV")
+        _check(self._fn(_vp(handle(self.device_id, stream)), *self._args), self.kind.call)
 
     def destroy(self) -> None:
         for d in (self._x, self._y):
             if d.value:
-                call("cusparseDestroyDnVec", d)
+                call(self.kind.destroy, d)
                 d.value = None
 
 
-class SpMMPlan:
+class SpMVPlan(_Plan):
+    """``y = alpha * A @ x + beta * y`` (dense vectors)."""
+
+    kind = _SPMV
+
+
+class SpMMPlan(_Plan):
     """``Y = alpha * A @ X + beta * Y`` for dense X (k columns, row- or column-major)."""
 
-    def __init__(
-        self,
-        mat: SparseDescriptor,
-        x: Any,
-        y: Any,
-        alpha: complex,
-        beta: complex,
-        algorithm: int,
-        device_id: int,
-    ) -> None:
-        import cupy
-
-        self.mat, self.x, self.y, self.algorithm, self.device_id = mat, x, y, algorithm, device_id
-        self.compute = cuda_data_type(y.dtype)
-        self.alpha, self.beta = _scalar(alpha, y.dtype), _scalar(beta, y.dtype)
-        self._x, self._y = self._dense(x), self._dense(y)
-        size = ctypes.c_size_t()
-        h = handle(device_id, cupy.cuda.get_current_stream().ptr)
-        op = OPERATION_NON_TRANSPOSE
-        call(
-            "cusparseSpMM_bufferSize", _vp(h), op, op, self.alpha, _vp(mat.ptr), self._x, self.beta, self._y,
-            self.compute, algorithm, ctypes.byref(size),
-        )  # fmt: skip
-        self.workspace = cupy.empty(max(int(size.value), 1), dtype=cupy.uint8)
-        self._fn = _api()["cusparseSpMM"]
-        self._args = (
-            op,
-            op,
-            self.alpha,
-            _vp(mat.ptr),
-            self._x,
-            self.beta,
-            self._y,
-            self.compute,
-            algorithm,
-            _vp(int(self.workspace.data.ptr)),
-        )
-
-    @staticmethod
-    def _dense(a: Any) -> ctypes.c_void_p:
-        d = _vp()
-        rows, cols = a.shape
-        if a.flags.c_contiguous:
-            order, ld = ORDER_ROW, cols
-        elif a.flags.f_contiguous:
-            order, ld = ORDER_COL, rows
-        else:
-            raise UnsupportedError("cuSPARSE SpMM needs a row-major or column-major contiguous dense operand")
-        call(
-            "cusparseCreateDnMat",
-            ctypes.byref(d),
-            rows,
-            cols,
-            max(ld, 1),
-            _vp(_ptr(a)),
-            cuda_data_type(a.dtype),
-            order,
-        )
-        return d
-
-    def set_x(self, x: Any) -> None:
-        self.x = x
-        call("cusparseDnMatSetValues", self._x, _vp(_ptr(x)))
-
-    def set_y(self, y: Any) -> None:
-        self.y = y
-        call("cusparseDnMatSetValues", self._y, _vp(_ptr(y)))
-
-    def run(self, stream: int) -> None:
-        _check(self._fn(_vp(handle(self.device_id, stream)), *self._args), "cusparseSpMM")
-
-    def destroy(self) -> None:
-        for d in (self._x, self._y):
-            if d.value:
-                call("cusparseDestroyDnMat", d)
-                d.value = None
+    kind = _SPMM

@@ -22,11 +22,11 @@ from ust.backends.cuda.cusparse import (
     INDEX_BASE_ZERO,
     OPERATION_NON_TRANSPOSE,
     SparseDescriptor,
-    SpMMPlan,
     _check,
     _scalar,
     call,
     cuda_data_type,
+    dense_matrix_descriptor,
     handle,
 )
 from ust.runtime.errors import UnsupportedError
@@ -168,8 +168,8 @@ def sddmm_csr(
     if c["values"].size == 0:
         return c["values"]
     dc = SparseDescriptor.create("CSR", shape, c)
-    da = SpMMPlan._dense(a)
-    db = SpMMPlan._dense(b)
+    da = dense_matrix_descriptor(a)
+    db = dense_matrix_descriptor(b)
     al, be = _scalar(alpha, dtype), _scalar(beta, dtype)
     op = OPERATION_NON_TRANSPOSE
     try:
