@@ -119,6 +119,11 @@ def _cpu(n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def run(device: str, n: int) -> list[dict[str, Any]]:
+    """The table's rows for Poisson ``n^3`` on ``device`` ("cpu" or "cuda")."""
+    return _gpu(n) if device == "cuda" else _cpu(n)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or ("cuda" if gpu_available() else "cpu")
     n = args.n or (160 if device == "cuda" else 60)
-    rows = _gpu(n) if device == "cuda" else _cpu(n)
+    rows = run(device, n)
     cols = ["case", "impl", "ms", "vs CuPy" if device == "cuda" else "vs baseline", "GB/s"]
     table = markdown(rows, cols)
     print(table)

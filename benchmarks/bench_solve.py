@@ -152,18 +152,18 @@ def baseline(name: str, spec: str, timeout: float) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- ust
 
 
-def _loaded_plan_child(spec: str, path: str, mtype: str) -> None:
+def _loaded_plan_child(spec: str, path: str, mtype: str, execution: str = "cuda") -> None:
     """Second process: analysis with the saved plan, then afresh, same process and matrix."""
     import ust.linalg as L
 
-    L.solve(poisson3d(4), np.ones(64), execution="cuda")
+    L.solve(poisson3d(4), np.ones(64), execution=execution)
     a, _ = make(spec)
     b = rhs(a.shape[0])
     opts = {"matrix_type": mtype}
-    with L.DirectSolver.load_plan(path, a, b, options=opts, execution="cuda") as s:
+    with L.DirectSolver.load_plan(path, a, b, options=opts, execution=execution) as s:
         loaded = s.plan()
         fl = s.factorize()
-    with L.DirectSolver(a, b, options=opts, execution="cuda") as s:
+    with L.DirectSolver(a, b, options=opts, execution=execution) as s:
         fresh = s.plan()
         ff = s.factorize()
     print(
@@ -179,7 +179,10 @@ def _loaded_plan_child(spec: str, path: str, mtype: str) -> None:
     )
 
 
-def bench_ust(spec: str, out_dir: str, timeout: float, repeat: int) -> dict[str, Any]:
+def bench_ust(
+    spec: str, out_dir: str, timeout: float, repeat: int, execution: str = "cuda"
+) -> dict[str, Any]:
+    """One matrix through ust on ``execution`` ("cuda": cuDSS; "cpu": SuperLU, for the suite's CPU run)."""
     import ust.linalg as L
 
     a, mtype = make(spec)
@@ -187,13 +190,13 @@ def bench_ust(spec: str, out_dir: str, timeout: float, repeat: int) -> dict[str,
     b = rhs(n)
     row: dict[str, Any] = {"matrix": spec, "n": n, "nnz": int(a.nnz), "matrix_type": mtype}
     t0 = time.perf_counter()
-    x = L.solve(a, b, execution="cuda", matrix_type=mtype)
+    x = L.solve(a, b, execution=execution, matrix_type=mtype)
     row["e2e"] = time.perf_counter() - t0
     row["e2e_residual"] = rel_residual(a, x, b)
     t0 = time.perf_counter()
-    x = L.solve(a, b, execution="cuda")  # general, as nvmath-python by default
+    x = L.solve(a, b, execution=execution)  # general, as nvmath-python by default
     row["e2e_general"] = time.perf_counter() - t0
-    with L.DirectSolver(a, b, options={"matrix_type": mtype}, execution="cuda") as s:
+    with L.DirectSolver(a, b, options={"matrix_type": mtype}, execution=execution) as s:
         row["analysis"] = s.plan().seconds
         f = s.factorize()
         row["factorization"], row["fill"] = f.seconds, f.fill
@@ -214,7 +217,7 @@ def bench_ust(spec: str, out_dir: str, timeout: float, repeat: int) -> dict[str,
         row["reset_a"] = time.perf_counter() - t0 - row["refactorize"]
         path = os.path.join(out_dir, f"plan_{spec.replace(':', '_')}.json")
         s.save_plan(path)
-    code = f"from benchmarks.bench_solve import _loaded_plan_child; _loaded_plan_child({spec!r}, {path!r}, {mtype!r})"
+    code = f"from benchmarks.bench_solve import _loaded_plan_child; _loaded_plan_child({spec!r}, {path!r}, {mtype!r}, {execution!r})"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -285,6 +288,46 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def run(
+    specs: list[str], out_dir: str, timeout: float, repeat: int, skip: set[str], execution: str = "cuda"
+) -> list[dict[str, Any]]:
+    """One row per matrix spec: ust's phases, then each baseline not in ``skip`` in its own process."""
+    import ust.linalg as L
+
+    L.solve(poisson3d(4), np.ones(64), execution=execution)  # warm-up: CUDA context, cuDSS, kernels
+    timed_out: dict[str, str] = {}  # a baseline that ran out of time is not started on larger matrices
+    rows = []
+    for spec in specs:
+        print(f"== {spec}", flush=True)
+        row = bench_ust(spec, out_dir, timeout, repeat, execution)
+        row["baselines"] = {}
+        for name in BASELINES:
+            if name in skip:
+                continue
+            if name in timed_out and spec.split(":")[0] == timed_out[name].split(":")[0]:
+                row["baselines"][name] = {"seconds": None, "text": f"> {timeout:g} s (at {timed_out[name]})"}
+                continue
+            row["baselines"][name] = baseline(name, spec, timeout)
+            if row["baselines"][name]["text"].startswith(">"):
+                timed_out[name] = spec
+            print(f"   {name}: {row['baselines'][name]['text']}", flush=True)
+        print(f"   ust e2e {row['e2e']:.3f} s, analysis {row['analysis']:.3f} s", flush=True)
+        rows.append(row)
+    return rows
+
+
+def report(rows: list[dict[str, Any]], execution: str = "cuda") -> tuple[dict[str, Any], str]:
+    """(meta, markdown text: the table, the goals and the solver library)."""
+    meta: dict[str, Any] = {"host_threads": os.cpu_count(), "execution": execution}
+    if execution != "cpu":
+        from ust.backends.cuda.cudss import get_library
+
+        lib = get_library()
+        meta.update(cudss=lib.version_text, threading_layer=lib.threading_layer)
+    text = table(rows) + "\n\n" + "\n".join(f"- {g}" for g in goals(rows)) + f"\n\n{meta}\n"
+    return meta, text
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_solve", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="30,60,100", help="3-D Poisson grid sizes m (n = m^3)")
@@ -299,40 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker, args.matrix)
         return 0
-    import ust.linalg as L
-
-    os.makedirs(args.out, exist_ok=True)
-    L.solve(poisson3d(4), np.ones(64), execution="cuda")  # warm-up: CUDA context, cuDSS, kernels
     specs = [f"poisson3d:{int(s)}" for s in args.sizes.split(",") if s]
     if args.advection:
         specs.append(f"advection2d:{args.advection}")
     skip = {s for s in args.skip.split(",") if s}
-    timed_out: dict[str, str] = {}  # a baseline that ran out of time is not started on larger matrices
-    rows = []
-    for spec in specs:
-        print(f"== {spec}", flush=True)
-        row = bench_ust(spec, args.out, args.timeout, args.repeat)
-        row["baselines"] = {}
-        for name in BASELINES:
-            if name in skip:
-                continue
-            if name in timed_out and spec.split(":")[0] == timed_out[name].split(":")[0]:
-                row["baselines"][name] = {
-                    "seconds": None,
-                    "text": f"> {args.timeout:g} s (at {timed_out[name]})",
-                }
-                continue
-            row["baselines"][name] = baseline(name, spec, args.timeout)
-            if row["baselines"][name]["text"].startswith(">"):
-                timed_out[name] = spec
-            print(f"   {name}: {row['baselines'][name]['text']}", flush=True)
-        print(f"   ust e2e {row['e2e']:.3f} s, analysis {row['analysis']:.3f} s", flush=True)
-        rows.append(row)
-    from ust.backends.cuda.cudss import get_library
-
-    lib = get_library()
-    meta = {"cudss": lib.version_text, "threading_layer": lib.threading_layer, "host_threads": os.cpu_count()}
-    text = table(rows) + "\n\n" + "\n".join(f"- {g}" for g in goals(rows)) + f"\n\n{meta}\n"
+    os.makedirs(args.out, exist_ok=True)
+    rows = run(specs, args.out, args.timeout, args.repeat, skip)
+    meta, text = report(rows)
     with open(os.path.join(args.out, "bench_solve.json"), "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
     with open(os.path.join(args.out, "bench_solve.md"), "w", encoding="utf-8") as f:
