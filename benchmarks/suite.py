@@ -448,9 +448,9 @@ def _default_device() -> str:
         return "cpu"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog=prog,
         description=__doc__.split("\n\n")[0],
         epilog="benchmarks: " + ", ".join(BENCHES),
     )
@@ -475,9 +475,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    """The suite's command line (``ust bench`` calls it with ``prog="ust bench"``); the exit
+    code is 1 when a benchmark failed or timed out (the others still ran and are reported)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     if args.worker:
         return worker(args.worker, args.device, args.size, args.part)
     names = [s.strip() for s in args.only.split(",") if s.strip()] or list(BENCHES)
@@ -489,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python -m benchmarks " + " ".join(argv)
+    command = f"{prog} " + " ".join(argv)
     if args.collect is not None:
         suite = collect(args.collect, names)
         suite["meta"].update(date=stamp, command=command, host="?")
