@@ -66,6 +66,31 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        help="arguments of python -m benchmarks (--device, --size, --only, ...)",
+    )
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    """The benchmark suite lives beside the package in a source checkout, not in the wheel."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "suite.py").is_file():
+        raise FileNotFoundError(
+            "ust bench needs a source checkout (benchmarks/ is not installed); clone the repository and "
+            "run `python -m benchmarks`"
+        )
+    sys.path.insert(0, str(root))
+    import importlib
+
+    suite = importlib.import_module("benchmarks.suite")  # not part of the package: looked up at run time
+    return int(suite.main(args.rest, prog="ust bench"))
+
+
 def _configure_info(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -124,6 +149,12 @@ _COMMANDS: dict[str, _Command] = {
         _configure_solve,
         _run_solve,
     ),
+    "bench": _Command(
+        "run the benchmark suite (baselines side by side) and write tables and plots",
+        "ust bench --device cuda --size large --write",
+        _configure_bench,
+        _run_bench,
+    ),
     "info": _Command(
         "versions, devices, and which routes are available (and, for each missing one, why and which extra installs it)",
         "ust info",
@@ -162,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"] and not {"-h", "--help"} & set(argv[1:]):
+        # every argument after `bench` belongs to the suite (argparse would claim its options)
+        args = argparse.Namespace(command="bench", rest=argv[1:], version=False)
+        try:
+            return _run_bench(args)
+        except OSError as exc:
+            print(f"ust bench: error: {exc}", file=sys.stderr)
+            return 1
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
