@@ -77,25 +77,15 @@ CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
 
 # Measured on the H200 (52 M nonzeros, ns per nonzero): COO -> CSC is left to the general path
 # (0.10 there vs 0.65 through cupyx); CSC -> COO goes through CSR because cupyx's csc.tocoo is
-# column-ordered, and canonical COO is row-ordered; DIA -> CSR / CSC use CuPy's DIA kernels
-# (0.06-0.11 vs 0.16-0.25 on the general path).
+# column-ordered, and canonical COO is row-ordered.  DIA sources stay on the general path: routing
+# them through cupyx's dia.tocsr/tocsc lost entries in a GPU test (DIA @ DIA SpGEMM, 2026-12-02).
 GPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
     ("csr", "csc"): ("cupyx csr.tocsc (cuSPARSE)", lambda a, bs: a.tocsc()),
     ("csr", "coo"): ("cupyx csr.tocoo (cuSPARSE)", lambda a, bs: a.tocoo()),
     ("csc", "csr"): ("cupyx csc.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
     ("csc", "coo"): ("cupyx csc.tocsr.tocoo (cuSPARSE)", lambda a, bs: a.tocsr().tocoo()),
     ("coo", "csr"): ("cupyx coo.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
-    ("dia", "csr"): ("cupyx dia.tocsr", lambda a, bs: _canonical_gpu(a.tocsr())),
-    ("dia", "csc"): ("cupyx dia.tocsc", lambda a, bs: _canonical_gpu(a.tocsc())),
 }
-
-
-def _canonical_gpu(a: Any) -> Any:
-    """cupyx results with the stored zeros a DIA source holds as padding removed, indices sorted."""
-    a.eliminate_zeros()
-    if not a.has_canonical_format:
-        a.sum_duplicates()
-    return a
 
 #: Value dtypes cupyx.scipy.sparse accepts.
 _CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
