@@ -15,26 +15,11 @@ from typing import Any
 import numpy as np
 
 import ust.formats as F
+from tests.support import BLOCKED_2D, DENSE_2D, SPARSE_2D
 from ust.formats.model import Format, LevelFormat
 
 # (name, format, 2-D shape or None for the default, density) -- the standard formats first
-STANDARD_2D = [
-    "CSR",
-    "CSC",
-    "COO",
-    "DCSR",
-    "DCSC",
-    "CROW",
-    "CCOL",
-    "DIA",
-    "DIAI",
-    "BSR[2,2]",
-    "BSR[2,3]",
-    "BSC[2,2]",
-    "NM[2,4]",
-    "DenseRowMajor",
-    "DenseColMajor",
-]
+STANDARD_2D = [*SPARSE_2D, *BLOCKED_2D, "NM[2,4]", *DENSE_2D]
 USER_2D = {
     "COO-dups": "(i, j) -> (i : compressed(nonunique, nonordered), j : singleton(nonunique, nonordered))",
     "CSR-blocked-cols": "(i, j) -> (i : compressed, j floordiv 4 : compressed, j mod 4 : dense)",

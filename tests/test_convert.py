@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import ust.formats as F
+from tests.support import STANDARD_2D
 from ust.convert import asarray
 from ust.convert.routes import convert, explain_route
 from ust.runtime.errors import FormatError, ShapeError, UnsupportedError
@@ -100,22 +101,7 @@ def _expected(name: str, M: np.ndarray) -> dict[str, np.ndarray]:
     raise AssertionError(name)
 
 
-STANDARD_2D = [
-    "CSR",
-    "CSC",
-    "COO",
-    "DCSR",
-    "DCSC",
-    "CROW",
-    "CCOL",
-    "DIA",
-    "DIAI",
-    "BSR[2,2]",
-    "BSR[2,3]",
-    "BSC[2,2]",
-    "DenseRowMajor",
-    "DenseColMajor",
-]
+STANDARD_2D = list(STANDARD_2D)
 
 
 @pytest.mark.parametrize("name", STANDARD_2D)

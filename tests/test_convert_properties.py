@@ -9,23 +9,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import ust.formats as F
+from tests.support import DENSE_2D, SPARSE_2D
 from ust.convert import asarray
 from ust.convert.routes import convert
 from ust.runtime.errors import FormatError
 
-STANDARD = [
-    "CSR",
-    "CSC",
-    "COO",
-    "DCSR",
-    "DCSC",
-    "CROW",
-    "CCOL",
-    "DIA",
-    "DIAI",
-    "DenseRowMajor",
-    "DenseColMajor",
-]
+STANDARD = [*SPARSE_2D, *DENSE_2D]
 BLOCKED = ["BSR[{r},{c}]", "BSC[{r},{c}]"]
 USER = [
     "(i, j) -> (j : compressed, i : dense)",

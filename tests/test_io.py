@@ -12,6 +12,7 @@ import scipy.io
 import scipy.sparse as sp
 
 import ust.formats as F
+from tests.support import DENSE_2D, SPARSE_2D
 from ust import io
 from ust.convert import asarray
 from ust.runtime.errors import FormatError, ShapeError, UnsupportedError
@@ -29,23 +30,7 @@ M = np.array(
     ]
 )
 
-STANDARD_2D = [
-    "CSR",
-    "CSC",
-    "COO",
-    "DCSR",
-    "DCSC",
-    "CROW",
-    "CCOL",
-    "DIA",
-    "DIAI",
-    "BSR[2,2]",
-    "BSR[3,2]",
-    "BSC[2,2]",
-    "NM[2,4]",
-    "DenseRowMajor",
-    "DenseColMajor",
-]
+STANDARD_2D = [*SPARSE_2D, "BSR[2,2]", "BSR[3,2]", "BSC[2,2]", "NM[2,4]", *DENSE_2D]
 USER_FORMATS = [
     "(i, j) -> (i : dense, j : loose_compressed)",
     "(i, j) -> (i : compressed, j floordiv 4 : compressed, j mod 4 : dense)",

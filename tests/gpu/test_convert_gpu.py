@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 import ust.formats as F
+from tests.support import STANDARD_2D
 from ust.convert import asarray
 from ust.convert.routes import convert, explain_route
 
@@ -17,20 +18,7 @@ cp = pytest.importorskip("cupy")
 csp = pytest.importorskip("cupyx.scipy.sparse")
 
 FORMATS_2D = [
-    "CSR",
-    "CSC",
-    "COO",
-    "DCSR",
-    "DCSC",
-    "CROW",
-    "CCOL",
-    "DIA",
-    "DIAI",
-    "BSR[2,2]",
-    "BSR[2,3]",
-    "BSC[2,2]",
-    "DenseRowMajor",
-    "DenseColMajor",
+    *STANDARD_2D,
     "(i, j) -> (i : loose_compressed, j : compressed)",
     "(i, j) -> (i : compressed(nonunique, nonordered), j : singleton(nonunique, nonordered))",
     "(i, j) -> (i floordiv 2 : dense, j : compressed, i mod 2 : dense)",
