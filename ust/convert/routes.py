@@ -34,26 +34,11 @@ log = logging.getLogger("ust.convert")
 _Route = Callable[[Any, Any], Any]
 
 
-def _sorted(a: Any) -> Any:
-    """scipy's ``tobsr`` leaves each block row in first-appearance order: sort the blocks by
-    (block row, block column) with one stable sort of a 64-bit key (block rows are already
-    grouped, so the sort is nearly a merge) -- cheaper than ``sort_indices``' per-row sorts and
-    block swaps.  ``a`` is a fresh result of ours, never the caller's."""
-    if a.has_sorted_indices:
-        return a
-    nbr = a.indptr.shape[0] - 1
-    nbc = a.shape[1] // a.blocksize[1]
-    rows = np.repeat(np.arange(nbr, dtype=np.int64), np.diff(a.indptr))
-    order = np.argsort(rows * nbc + a.indices, kind="stable")
-    a.indices = a.indices[order]
-    data = np.ascontiguousarray(a.data)
-    block = np.dtype((np.void, data.itemsize * int(np.prod(a.blocksize))))
-    # one whole block per element: a 1-D take moves blocks far faster than fancy indexing
-    a.data = (
-        data.reshape(data.shape[0], -1).view(block)[:, 0].take(order).view(data.dtype).reshape(data.shape)
-    )
-    a.has_sorted_indices = True
-    return a
+def _tobsr(a: Any, bs: Any) -> Any:
+    """Canonical BSR from a scipy CSR (a C merge kernel; scipy's tobsr + a block sort without one)."""
+    from ust.convert.scipy import csr_tobsr_sorted
+
+    return csr_tobsr_sorted(a, bs)
 
 
 CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
@@ -66,10 +51,10 @@ CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
     ("bsr", "csr"): ("scipy bsr.tocsr", lambda a, bs: a.tocsr()),
     ("bsr", "csc"): ("scipy bsr.tocsc", lambda a, bs: a.tocsc()),
     ("bsr", "coo"): ("scipy bsr.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
-    ("csr", "bsr"): ("scipy csr.tobsr", lambda a, bs: _sorted(a.tobsr(bs))),
-    ("coo", "bsr"): ("scipy coo.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
-    ("csc", "bsr"): ("scipy csc.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
-    ("dia", "bsr"): ("scipy dia.tocsr.tobsr", lambda a, bs: _sorted(a.tocsr().tobsr(bs))),
+    ("csr", "bsr"): ("csr -> bsr C merge", _tobsr),
+    ("coo", "bsr"): ("scipy coo.tocsr then csr -> bsr C merge", lambda a, bs: _tobsr(a.tocsr(), bs)),
+    ("csc", "bsr"): ("scipy csc.tocsr then csr -> bsr C merge", lambda a, bs: _tobsr(a.tocsr(), bs)),
+    ("dia", "bsr"): ("scipy dia.tocsr then csr -> bsr C merge", lambda a, bs: _tobsr(a.tocsr(), bs)),
     ("dia", "csr"): ("scipy dia.tocsr", lambda a, bs: a.tocsr()),
     ("dia", "csc"): ("scipy dia.tocsc", lambda a, bs: a.tocsr().tocsc()),
     ("dia", "coo"): ("scipy dia.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
@@ -112,8 +97,9 @@ def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
 
     CPU: a direct SciPy conversion where one exists; a BSR or DIA source is first turned
     into CSR by SciPy's compiled conversion (reading its padded slots costs more than the
-    conversion); a BSR target is made by SciPy's ``tobsr`` from CSR.  GPU: cuSPARSE through
-    cupyx for CSR/CSC/COO pairs.  Everything else: the general path.
+    conversion); a BSR target is made from CSR by a C merge kernel (SciPy's ``tobsr`` and a
+    block sort without a compiler).  GPU: cuSPARSE through cupyx for CSR/CSC/COO pairs.
+    Everything else: the general path.
     """
     general: list[_Step] = [("general", "general path", None, None, fmt)]
     if route == "general":

@@ -23,7 +23,14 @@ from ust.runtime.errors import ShapeError
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
-__all__ = ["from_scipy", "from_scipy_trusted", "is_scipy_sparse", "to_scipy"]
+__all__ = [
+    "csr_tobsr_sorted",
+    "from_scipy",
+    "from_scipy_trusted",
+    "is_scipy_sparse",
+    "sort_bsr_blocks",
+    "to_scipy",
+]
 
 
 def is_scipy_sparse(obj: Any) -> bool:
@@ -195,6 +202,54 @@ def from_scipy_trusted(A: Any, fmt: Format) -> Tensor:
             check=False,
         )
     return _from_dia(A, shape)
+
+
+# ----------------------------------------------------------------------------- CSR -> BSR
+
+
+def sort_bsr_blocks(a: Any) -> Any:
+    """scipy's ``tobsr`` leaves each block row in first-appearance order: sort the blocks by
+    (block row, block column) with one stable sort of a 64-bit key (block rows are already
+    grouped, so the sort is nearly a merge) -- cheaper than ``sort_indices``' per-row sorts and
+    block swaps.  ``a`` is a fresh result of ours, never the caller's."""
+    if a.has_sorted_indices:
+        return a
+    nbr = a.indptr.shape[0] - 1
+    nbc = a.shape[1] // a.blocksize[1]
+    rows = np.repeat(np.arange(nbr, dtype=np.int64), np.diff(a.indptr))
+    order = np.argsort(rows * nbc + a.indices, kind="stable")
+    a.indices = a.indices[order]
+    data = np.ascontiguousarray(a.data)
+    block = np.dtype((np.void, data.itemsize * int(np.prod(a.blocksize))))
+    # one whole block per element: a 1-D take moves blocks far faster than fancy indexing
+    a.data = (
+        data.reshape(data.shape[0], -1).view(block)[:, 0].take(order).view(data.dtype).reshape(data.shape)
+    )
+    a.has_sorted_indices = True
+    return a
+
+
+def csr_tobsr_sorted(a: Any, blocksize: tuple[int, int]) -> Any:
+    """Canonical BSR (blocks sorted by block column) of a scipy CSR whose rows are sorted: the
+    buffers of ``a.tobsr(blocksize)`` followed by ``sort_indices()``, explicit zeros kept.
+
+    One C pass per block row merges its rows by block column
+    (:func:`ust.backends.cpu.bsr_kernel.csr_to_bsr`); without a C compiler (or for rows out of
+    order) scipy's ``tobsr`` runs and its blocks are sorted afterwards.  A blocksize that does
+    not divide the shape is a FormatError.
+    """
+    import scipy.sparse as sp
+
+    from ust.backends.cpu.bsr_kernel import csr_to_bsr
+
+    r, c = (int(b) for b in blocksize)
+    res = csr_to_bsr(a.shape, a.indptr, a.indices, a.data, (r, c))
+    if res is None:
+        return sort_bsr_blocks(a.tobsr((r, c)))
+    indptr, indices, data = res
+    out = _share(sp.bsr_array((data, indices, indptr), shape=a.shape), indices=indices, indptr=indptr)
+    out.has_sorted_indices = True
+    return out
 
 
 # ----------------------------------------------------------------------------- export
