@@ -30,6 +30,9 @@ from ust.convert.routes import convert, explain_route
 
 POISSON_FORMATS = ["CSR", "COO", "CSC", "BSR[2,2]", "DIA", "DCSC"]
 RANDOM_FORMATS = ["CSR", "COO", "CSC", "DCSC"]
+#: Column-major COO: what scipy's / CuPy's ``csc.tocoo()`` return (canonical COO is row-major).
+COLUMN_COO = "(i, j) -> (j : compressed(nonunique), i : singleton)"
+COLUMN_COO_LABEL = "COO (column-major)"
 
 
 def _scipy_conversion(src: str, dst: str) -> Callable[[Any], Any] | None:
@@ -58,6 +61,17 @@ def _scipy_canonical(src: str, dst: str) -> Callable[[Any], Any] | None:
     if dst == "COO" and src in ("CSC", "BSR[2,2]", "DIA"):
         return lambda a: a.tocsr().tocoo()
     return None
+
+
+def _cupyx_canonical(src: str, dst: str) -> Callable[[Any], Any] | None:
+    """CuPy's way to canonical (row-ordered) COO from CSC: its csc.tocoo is column-ordered."""
+    if src == "CSC" and dst == "COO":
+        return lambda a: a.tocsr().tocoo()
+    return None
+
+
+def _route_label(text: str) -> str:
+    return text.split(" ")[0]  # library / general / direct / staged
 
 
 def _cupyx_conversion(src: str, dst: str) -> Callable[[Any], Any] | None:
@@ -114,47 +128,50 @@ def run(device: str, n: int, repeat: int) -> list[dict[str, Any]]:
         nnz = int(matrix.nnz)
         tensors = {f: asarray(matrix, f, device=None if device == "cpu" else "cuda") for f in names}
         lib = {f: _library_object(tensors[f], f, device) for f in names}
-        for src in names:
-            for dst in names:
-                if src == dst:
-                    continue
-                t = tensors[src]
-                fmt = F.format(dst)
+        pairs = [(s, d) for s in names for d in names if s != d]
+        if "CSC" in names:
+            pairs.append(("CSC", COLUMN_COO_LABEL))
+        for src, dst in pairs:
+            t = tensors[src]
+            fmt = F.format(COLUMN_COO if dst == COLUMN_COO_LABEL else dst)
+            if dst == COLUMN_COO_LABEL:  # the same buffers as the libraries' csc.tocoo()
+                base = lambda a: a.tocoo()  # noqa: E731
+            else:
                 base = _scipy_conversion(src, dst) if device == "cpu" else _cupyx_conversion(src, dst)
-                canon = _scipy_canonical(src, dst) if device == "cpu" else None
-                fns: dict[str, Callable[[], Any]] = {
-                    "ust": lambda t=t, fmt=fmt: t.convert(fmt),
-                    "general": lambda t=t, fmt=fmt: convert(t, fmt, route="general"),
+            canon = (_scipy_canonical if device == "cpu" else _cupyx_canonical)(src, dst)
+            fns: dict[str, Callable[[], Any]] = {
+                "ust": lambda t=t, fmt=fmt: t.convert(fmt),
+                "general": lambda t=t, fmt=fmt: convert(t, fmt, route="general"),
+            }
+            if base is not None and lib[src] is not None:
+                fns["lib"] = lambda a=lib[src], base=base: base(a)
+                if canon is not None:
+                    fns["canon"] = lambda a=lib[src], canon=canon: canon(a)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                times = timer(fns, **kw)
+            t_ust, t_gen = times["ust"], times["general"]
+            t_lib, t_can = times.get("lib"), times.get("canon")
+            route = _route_label(explain_route(t, fmt))
+            rows.append(
+                {
+                    "matrix": f"{label} ({nnz / 1e6:.2f} M nnz)",
+                    "conversion": f"{src} -> {dst}",
+                    "ust route": route,
+                    "ust ns/nnz": 1e9 * t_ust / nnz,
+                    "general ns/nnz": 1e9 * t_gen / nnz,
+                    "library ns/nnz": None if t_lib is None else 1e9 * t_lib / nnz,
+                    "ust / library": None if t_lib is None else t_ust / t_lib,
+                    "library canonical ns/nnz": None if t_can is None else 1e9 * t_can / nnz,
+                    "ust / canonical": None if t_can is None else t_ust / t_can,
                 }
-                if base is not None and lib[src] is not None:
-                    fns["lib"] = lambda a=lib[src], base=base: base(a)
-                    if canon is not None:
-                        fns["canon"] = lambda a=lib[src], canon=canon: canon(a)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    times = timer(fns, **kw)
-                t_ust, t_gen = times["ust"], times["general"]
-                t_lib, t_can = times.get("lib"), times.get("canon")
-                route = explain_route(t, fmt).split(":")[0]
-                rows.append(
-                    {
-                        "matrix": f"{label} ({nnz / 1e6:.2f} M nnz)",
-                        "conversion": f"{src} -> {dst}",
-                        "ust route": "library" if route.startswith("library") else "general",
-                        "ust ns/nnz": 1e9 * t_ust / nnz,
-                        "general ns/nnz": 1e9 * t_gen / nnz,
-                        "library ns/nnz": None if t_lib is None else 1e9 * t_lib / nnz,
-                        "ust / library": None if t_lib is None else t_ust / t_lib,
-                        "library canonical ns/nnz": None if t_can is None else 1e9 * t_can / nnz,
-                        "ust / canonical": None if t_can is None else t_ust / t_can,
-                    }
-                )
-                print(
-                    f"{label:8s} {src:>8s} -> {dst:<8s} ust {1e9 * t_ust / nnz:7.2f}  general "
-                    f"{1e9 * t_gen / nnz:7.2f}  library "
-                    f"{'-' if t_lib is None else f'{1e9 * t_lib / nnz:7.2f}'} ns/nnz",
-                    file=sys.stderr,
-                )
+            )
+            print(
+                f"{label:8s} {src:>8s} -> {dst:<8s} ust {1e9 * t_ust / nnz:7.2f}  general "
+                f"{1e9 * t_gen / nnz:7.2f}  library "
+                f"{'-' if t_lib is None else f'{1e9 * t_lib / nnz:7.2f}'} ns/nnz",
+                file=sys.stderr,
+            )
     return rows
 
 
@@ -198,9 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         body += (
             "'library canonical': scipy's way to the same canonical buffers ust returns, where its "
             "plain call does not give them (tobsr leaves blocks unsorted: + sort_indices; "
-            "csc/bsr/dia.tocoo are not in row order: tocsr().tocoo()). 'general': ust's general "
-            "path forced (route='general'); 'ust': the route ust picks.\n"
+            "csc/bsr/dia.tocoo are not in row order: tocsr().tocoo()). "
         )
+    else:
+        body += (
+            "'library canonical': CuPy's way to the same canonical buffers ust returns where its plain "
+            "call does not give them (csc.tocoo is column-ordered: tocsr().tocoo()). "
+        )
+    body += (
+        f"'{COLUMN_COO_LABEL}' is `{COLUMN_COO}`, the layout the libraries' csc.tocoo() returns. "
+        "'general': ust's general path forced (route='general'); 'ust': the route ust picks "
+        "(library, general, direct = DIA -> CSR/CSC by masked compaction, staged = several steps).\n"
+    )
     print(body)
     if args.write:
         title = "Conversion (CPU)" if args.device == "cpu" else "Conversion (GPU)"

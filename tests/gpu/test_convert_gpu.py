@@ -210,3 +210,30 @@ def test_segment_sum_is_exact(dtype: type) -> None:
         np.testing.assert_allclose(cp.asnumpy(long), ref_long, rtol=0, atol=scale)
     else:
         np.testing.assert_array_equal(cp.asnumpy(long), ref_long)
+
+
+@pytest.mark.parametrize("dst", ["CSR", "CSC", "COO", "DCSC", "BSR[2,2]"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_dia_source_takes_the_direct_route(dst: str, dtype: type) -> None:
+    rng = np.random.default_rng(3)
+    data = rng.integers(-2, 3, size=(4, 10)).astype(dtype)  # explicit zeros inside the matrix
+    A = sp.dia_matrix((data, [3, -1, 0, -6]), shape=(8, 10))  # offsets unsorted, one partly outside
+    cpu = asarray(A)
+    gpu = cpu.to("cuda")
+    assert "masked compaction" in explain_route(gpu, dst)
+    g = gpu.convert(dst)
+    _same(g, cpu.convert(dst), f"DIA -> {dst}")
+    np.testing.assert_array_equal(cp.asnumpy(g.todense()), A.toarray())
+
+
+def test_csc_to_column_major_coo_takes_the_twin_route() -> None:
+    col_coo = "(i, j) -> (j : compressed(nonunique), i : singleton)"
+    A = _matrix(seed=5)
+    cpu = asarray(A, "CSC")
+    gpu = cpu.to("cuda")
+    assert "on the level coordinates" in explain_route(gpu, col_coo)
+    g = gpu.convert(col_coo)
+    _same(g, cpu.convert(col_coo), "CSC -> column-major COO")
+    ref = A.tocsc().tocoo()  # scipy's csc.tocoo lists the entries column by column, as this format does
+    np.testing.assert_array_equal(cp.asnumpy(g.crd(0)), ref.col)
+    np.testing.assert_array_equal(cp.asnumpy(g.crd(1)), ref.row)

@@ -117,6 +117,24 @@ def from_cupyx_trusted(A: Any, fmt: Format) -> Tensor:
     return from_cupyx(A)
 
 
+def coordinate_twin_of(t: Tensor, fmt: Format) -> Tensor:
+    """``t`` (``(a : dense, b : compressed)``, int32-sized) in its coordinate twin ``fmt``
+    (``(a : compressed(nonunique), b : singleton)``): cuSPARSE's csr2coo run on the level
+    coordinates, which is what scipy's and CuPy's ``csc.tocoo()`` do for CSC."""
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    from ust.tensor import Tensor
+
+    extents = tuple(hi - lo for lo, hi in t.format.lvl_bounds(t.shape))
+    levels = csp.csr_matrix((t.values, _idx32(t.crd(1)), _idx32(t.pos(1))), shape=extents)
+    coo = levels.tocoo()
+    first, second = _index(coo.row, coo.col)
+    n = int(coo.data.shape[0])
+    pos0 = cupy.asarray(np.array([0, n], dtype=first.dtype))
+    return Tensor(t.shape, fmt, coo.data, pos={0: pos0}, crd={0: first, 1: second}, check=False)
+
+
 def _idx32(a: Any) -> Any:
     return a if a.dtype == np.int32 else a.astype(np.int32)
 

@@ -80,3 +80,14 @@ def coo_format(ndim: int, canonical: bool = True) -> Format:
         kinds = ["compressed(nonunique, nonordered)"] + ["singleton(nonunique, nonordered)"] * (ndim - 1)
     levels = ", ".join(f"{n} : {k}" for n, k in zip(names, kinds))
     return parse_format(f"({', '.join(names)}) -> ({levels})")
+
+
+@functools.lru_cache(maxsize=256)
+def coordinate_twin(fmt: Format) -> Format | None:
+    """For ``(a : dense, b : compressed)`` (CSR, CSC, ...): ``(a : compressed(nonunique), b :
+    singleton)``, the COO that lists the same entries in the same order; else None."""
+    csr, coo = get("CSR"), get("COO")
+    if fmt.nlevels != 2 or fmt.ndim != 2 or [lv.type for lv in fmt.levels] != [lv.type for lv in csr.levels]:
+        return None
+    levels = tuple(dataclasses.replace(c, expr=f.expr) for c, f in zip(coo.levels, fmt.levels))
+    return dataclasses.replace(coo, levels=levels, name=None)

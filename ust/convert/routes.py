@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.convert.layouts import library_layout
+from ust.convert.dia import dia_to_compressed, is_dia
+from ust.convert.layouts import coordinate_twin, library_layout
 from ust.formats.library import get as get_format
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
@@ -105,6 +106,8 @@ def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
     if route == "general":
         return general
     on_gpu = t.device != "cpu"
+    if on_gpu and is_dia(t.format):
+        return _from_dia(t, fmt)
     if on_gpu and (t.dtype not in _CUPYX_DTYPES or max(t.nse, *t.shape) >= 2**31):
         return general
     if not on_gpu and t.dtype == np.float16:  # scipy's compiled routines have no float16
@@ -112,6 +115,8 @@ def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
     direct = _library_step(t.format, fmt, on_gpu)
     if direct is not None:
         return [direct]
+    if on_gpu and fmt == coordinate_twin(t.format):  # e.g. CSC -> column-major COO
+        return [("twin", "cupyx csr.tocoo (cuSPARSE) on the level coordinates", None, None, fmt)]
     if on_gpu:
         return general
     csr = get_format("CSR")
@@ -129,6 +134,23 @@ def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
     return general
 
 
+def _from_dia(t: Tensor, fmt: Format) -> list[_Step]:
+    """GPU, DIA source: straight to CSR or CSC (column-major targets through CSC), then on."""
+    by_column = fmt.levels[0].expr.dims == (1,)  # DCSC, CSC, column-major COO, ...
+    mid = get_format("CSC" if by_column else "CSR")
+    first: _Step = (
+        "dia",
+        f"DIA -> {'CSC' if by_column else 'CSR'} (masked compaction)",
+        by_column,
+        None,
+        mid,
+    )
+    if fmt == mid:
+        return [first]
+    rest = _library_step(mid, fmt, True)
+    return [first, rest if rest is not None else ("general", "general path", None, None, fmt)]
+
+
 def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> str:
     """One line saying how ``t.convert(fmt)`` would run, and why."""
     from ust.formats.library import resolve
@@ -141,6 +163,10 @@ def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> 
     what = " then ".join(s[1] for s in steps)
     if kinds == {"library"}:
         return f"library route: {what} (both formats are canonical library layouts)"
+    if kinds == {"twin"}:
+        return f"library route: {what} (the same entries in the same order, one coordinate per entry)"
+    if kinds == {"dia"}:
+        return f"direct route: {what} (no sort: slots are read in the target's order)"
     if kinds == {"general"}:
         src = t.format.standard_name or "custom"
         dst = fmt.standard_name or "custom"
@@ -180,6 +206,12 @@ def convert(
     for kind, _name, fn, blocksize, step_fmt in steps:
         if kind == "library":
             out = _run_library(out, step_fmt, fn, blocksize, None)
+        elif kind == "dia":
+            out = dia_to_compressed(out, step_fmt, by_column=fn)
+        elif kind == "twin":
+            from ust.convert.cupyx import coordinate_twin_of
+
+            out = coordinate_twin_of(out, step_fmt)
         else:
             from ust.convert.pack import pack
             from ust.convert.unpack import unpack
