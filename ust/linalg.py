@@ -419,6 +419,14 @@ def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = 
     """
     if norm_a is None:
         norm_a = _norm_inf(a, xp)
+    if xp is not np and x.shape[1] == 1 and a.format == "csr":  # the common GPU case: two kernels
+        from ust.backends.cuda.residual import residual_maxima
+
+        r_max, x_max, b_max = residual_maxima(a.indptr, a.indices, a.data, x[:, 0], b[:, 0])
+        den1 = norm_a * x_max + b_max
+        if r_max != r_max:
+            return float("nan")
+        return r_max / den1 if den1 > 0 else (float("inf") if r_max > 0 else 0.0)
     r = b - a @ x
     num = abs(r).max(axis=0)
     den = norm_a * abs(x).max(axis=0) + abs(b).max(axis=0)
@@ -602,6 +610,8 @@ class DirectSolver(StatefulOperation):
         self._stream = self._stream_pointer(stream)
         self._engine: Any = self._make_engine()
         self._user_perm: np.ndarray | None = None
+        self._user_tree: np.ndarray | None = None  # cuDSS's ND partition tree, saved with the permutation
+        self._nd_tree: np.ndarray | None = None
         self._saved_lu_nnz: int | None = None
         self._stale = False
         self.plan_info: PlanInfo | None = None
@@ -757,6 +767,8 @@ class DirectSolver(StatefulOperation):
         if self.space.is_cuda:
             if from_saved:
                 e.set_user_permutation(self._user_perm)
+                if self._user_tree is not None and hasattr(e, "set_user_partition_tree"):
+                    e.set_user_partition_tree(self._user_tree)
             _, secs = self._timed("analysis", lambda: e.execute("analysis"))
             info = e.info()
             if info != 0:
@@ -765,6 +777,8 @@ class DirectSolver(StatefulOperation):
                     f"{_structural_diagnosis(self._full_matrix())}"
                 )
             row, col = _optional(e, "perm_reorder_row"), _optional(e, "perm_reorder_col")
+            tree_of = getattr(e, "nd_partition_tree", None)
+            self._nd_tree = tree_of() if tree_of is not None else None
             est = _optional(e, "memory_estimates")
             estimates = None if est is None else dict(zip(MEMORY_ESTIMATE_FIELDS, (int(v) for v in est)))
             if self._mg_devices():
@@ -1019,6 +1033,7 @@ class DirectSolver(StatefulOperation):
             "matrix_type": self.options.matrix_type,
             "matrix_view": self.options.matrix_view,
             "permutation": encode_array(np.asarray(perm)) if perm is not None else None,
+            "nd_partition_tree": encode_array(self._nd_tree) if self._nd_tree is not None else None,
             "lu_nnz": self.factorization_info.lu_nnz if self.factorization_info else None,
         }
 
@@ -1063,6 +1078,8 @@ class DirectSolver(StatefulOperation):
             )
             return solver
         solver._user_perm = decode_array(plan["permutation"])
+        if plan.get("nd_partition_tree") is not None:
+            solver._user_tree = decode_array(plan["nd_partition_tree"])
         solver._saved_lu_nnz = plan.get("lu_nnz")
         _log.info("plan() will reuse the reordering saved in %s", os.fspath(path))
         return solver

@@ -213,10 +213,25 @@ def _nbytes(x: Any) -> int:
     return int(n)
 
 
+#: Transfers of at least this many bytes go through page-locked (pinned) host memory from
+#: CuPy's pinned pool: a pageable 8 MB copy runs at 4-9 GB/s, a pinned one near the PCIe/C2C
+#: link's rate.  Smaller ones are not worth a pool block.
+PINNED_MIN_BYTES = 1 << 20
+
+
+def _pinned_like(shape: tuple[int, ...], dtype: Any, order: str = "C") -> Any:
+    import cupyx
+
+    return cupyx.empty_pinned(shape, dtype=dtype, order=order)
+
+
 def _to_numpy(x: Any, pkg: str) -> Any:
     import numpy as np
 
     if pkg == "cupy":
+        if x.nbytes >= PINNED_MIN_BYTES and (x.flags.c_contiguous or x.flags.f_contiguous):
+            out = _pinned_like(x.shape, x.dtype, "C" if x.flags.c_contiguous else "F")
+            return x.get(out=out)
         return x.get()
     if pkg == "torch":
         return x.detach().cpu().numpy()
@@ -232,6 +247,13 @@ def _to_cupy(x: Any, pkg: str, device_id: int) -> Any:
             if t.device.type == "cuda":
                 return cupy.asarray(cupy.from_dlpack(t))  # same device: zero copy; another: copied
             return cupy.asarray(t.numpy())
+        if x.nbytes >= PINNED_MIN_BYTES and x.flags.c_contiguous:  # stage through pinned memory
+            staged = _pinned_like(x.shape, x.dtype)
+            staged[...] = x
+            out = cupy.empty(x.shape, dtype=x.dtype)
+            out.set(staged)
+            cupy.cuda.get_current_stream().synchronize()  # the pinned block goes back to the pool next
+            return out
         return cupy.asarray(x)
 
 

@@ -149,6 +149,8 @@ DATA_PARAM: dict[str, tuple[int, Any, int | None]] = {
     "hybrid_device_memory_min": (10, ctypes.c_int64, 1),
     "memory_estimates": (13, ctypes.c_int64, 16),
     "nsuperpanels": (17, ctypes.c_int32, 1),
+    "user_nd_partition_tree": (21, ctypes.c_int32, None),
+    "nd_partition_tree": (22, ctypes.c_int32, None),
     "ir_n_steps": (24, ctypes.c_int32, 1),
 }
 MEMORY_ESTIMATE_FIELDS = (
@@ -222,6 +224,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cudssConfigCreate": [_P(_c_void_p)],
     "cudssConfigDestroy": [_c_void_p],
     "cudssConfigSet": [_c_void_p, _c_int, _c_void_p, _c_size_t],
+    "cudssConfigGet": [_c_void_p, _c_int, _c_void_p, _c_size_t, _P(_c_size_t)],
     "cudssDataCreate": [_c_void_p, _P(_c_void_p)],
     "cudssDataDestroy": [_c_void_p, _c_void_p],
     "cudssDataSet": [_c_void_p, _c_void_p, _c_int, _c_void_p, _c_size_t],
@@ -521,6 +524,41 @@ class CudssFactorization:
             p.ctypes.data,
             p.nbytes,
             what="USER_PERM",
+        )
+
+    def nd_partition_tree(self) -> np.ndarray | None:
+        """The nested-dissection partition tree of the analysis (``2**levels - 1`` int32), or None.
+
+        Saved beside the permutation, it lets a later analysis skip the reordering *and* keep
+        the symbolic phase fast: with the permutation alone cuDSS rebuilds the tree the slow way.
+        """
+        index = DATA_PARAM["nd_partition_tree"][0]
+        size = _c_size_t()
+        if self.lib.fn["cudssDataGet"](self.handle, self._data, index, None, 0, ctypes.byref(size)) != 0:
+            return None
+        if size.value < 4:
+            return None
+        out = np.zeros(size.value // 4, dtype=np.int32)
+        status = self.lib.fn["cudssDataGet"](
+            self.handle, self._data, index, out.ctypes.data, out.nbytes, ctypes.byref(size)
+        )
+        return out if status == 0 else None
+
+    def set_user_partition_tree(self, tree: np.ndarray) -> None:
+        """Hand a saved partition tree to the next analysis (with :meth:`set_user_permutation`)."""
+        t = np.ascontiguousarray(tree, dtype=np.int32)
+        levels = int(t.shape[0] + 1).bit_length() - 1
+        if t.shape[0] != (1 << levels) - 1:
+            raise CudssError(f"a partition tree has 2**levels - 1 entries, not {t.shape[0]}", 3)
+        self.lib.config_set(self._config.value or 0, "nd_nlevels", levels)
+        self.lib.call(
+            "cudssDataSet",
+            self.handle,
+            self._data,
+            DATA_PARAM["user_nd_partition_tree"][0],
+            t.ctypes.data,
+            t.nbytes,
+            what="USER_ND_PARTITION_TREE",
         )
 
     def get(self, name: str) -> np.ndarray:
