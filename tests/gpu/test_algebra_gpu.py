@@ -270,3 +270,13 @@ def test_device_mismatch_and_explain():
     a32 = asarray(A, "CSR", index_dtype=np.int32, device="cuda")
     text = ops.explain("spgemm", a32, asarray(sp.csr_array(A.T), "CSR", index_dtype=np.int32, device="cuda"))
     assert "route: cusparse" in text and "execution space: cuda" in text
+
+
+def test_csr_rows_sorted_kernel(cp) -> None:
+    from ust.backends.cuda.cusparse_algebra import csr_rows_sorted
+
+    pos = cp.asarray(np.array([0, 2, 2, 5], dtype=np.int32))
+    assert csr_rows_sorted(pos, cp.asarray(np.array([0, 3, 1, 2, 4], dtype=np.int32)))
+    assert not csr_rows_sorted(pos, cp.asarray(np.array([0, 3, 2, 1, 4], dtype=np.int32)))
+    assert not csr_rows_sorted(pos, cp.asarray(np.array([3, 3, 1, 2, 4], dtype=np.int32)))  # a repeat
+    assert csr_rows_sorted(pos.astype(np.int64), cp.asarray(np.array([5, 6, 0, 1, 2], dtype=np.int64)))
