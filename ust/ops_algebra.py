@@ -356,6 +356,9 @@ def _reduce(op: str, a: Any, axis: Any, execution: Any, route: str | None, dry: 
     if d.route == "scipy":
         r = getattr(t.to_scipy(), op)(axis=ax)
         r = r.toarray() if hasattr(r, "toarray") else r
+    elif d.route == "cupyx":  # cupyx is matrix-shaped: (m, 1) / (1, n) where SciPy's arrays are 1-D
+        r = getattr(t.to_cupyx(), op)(axis=ax)
+        r = r if ax is None else r.ravel()
     elif op == "sum":
         r = sum_array(t, ax)
     else:

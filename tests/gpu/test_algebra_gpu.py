@@ -280,3 +280,30 @@ def test_csr_rows_sorted_kernel(cp) -> None:
     assert not csr_rows_sorted(pos, cp.asarray(np.array([0, 3, 2, 1, 4], dtype=np.int32)))
     assert not csr_rows_sorted(pos, cp.asarray(np.array([3, 3, 1, 2, 4], dtype=np.int32)))  # a repeat
     assert csr_rows_sorted(pos.astype(np.int64), cp.asarray(np.array([5, 6, 0, 1, 2], dtype=np.int64)))
+
+
+def test_cupyx_routes_drop_exact_zeros_like_scipy(cp):
+    A, B = matrix(7), matrix(8)
+    A = sp.csr_matrix(A)
+    A.data[::3] = 0.0  # explicit zeros: their products are exact zeros
+    ta, tb = gpu(A, "CSR"), gpu(B, "CSR")
+    assert ops.plan("multiply", ta, tb).route == "cupyx"
+    out = ops.multiply(ta, tb)
+    ref = sp.csr_matrix(A.multiply(B))
+    ref.sum_duplicates()
+    np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
+    np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
+    np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)
+    assert ops.subtract(ta, ta).nse == 0  # csrgeam2's cancellations are not kept either
+
+
+@pytest.mark.parametrize("name", ["CSR", "CSC"])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_sum_takes_cupyx_on_csr_csc(cp, name, axis):
+    A = matrix(9)
+    t = gpu(A, name)
+    assert ops.plan("sum", t).route == "cupyx"
+    got = ops.sum(t, axis=axis)
+    want = sp.csr_array(A).sum(axis=axis)
+    assert getattr(got, "shape", ()) == np.shape(want)
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-13)

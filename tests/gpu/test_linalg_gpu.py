@@ -265,8 +265,13 @@ def test_saved_plan_reuses_the_reordering(tmp_path: object) -> None:
         s.plan()
         f = s.factorize()
         s.save_plan(path)
+    import json
+
+    tree = json.loads(path.read_text())["plan"].get("nd_partition_tree")  # type: ignore[attr-defined]
+    assert tree is not None  # saved beside the permutation: a loaded analysis keeps its fast symbolic phase
     a2 = sp.csr_matrix(a * 2.0)
     with L.DirectSolver.load_plan(path, a2, b, options={"matrix_type": "spd"}, execution="cuda") as s2:
+        assert s2._user_tree is not None and s2._user_tree.shape[0] % 2 == 1
         assert s2.plan().from_saved_plan
         f2 = s2.factorize()
         # about the same fill shows the saved permutation was taken the right way round (the

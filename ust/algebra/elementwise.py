@@ -42,7 +42,9 @@ def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
 def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
 
-    return from_library(_LIBRARY_OPS[op](a.to_cupyx(), b.to_cupyx()), fmt)
+    res = _LIBRARY_OPS[op](a.to_cupyx(), b.to_cupyx())
+    res.eliminate_zeros()  # SciPy's rule, which csrgeam2 / CuPy's product kernel do not apply
+    return from_library(res, fmt)
 
 
 def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:

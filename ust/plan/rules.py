@@ -202,10 +202,10 @@ def _algebra_rules() -> tuple[Rule, ...]:
                  f"{how} co-iteration in {{fmt}}'s level order as a NumPy array program (merge by searchsorted)",
                  dtypes=ALGEBRA_VALUES),
         ]
-        if op == "add":
-            rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
-                              "cuSPARSE csrgeam2 (through CuPy) adds two canonical CSR operands",
-                              when="same_canonical_class"))
+        rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
+                          "cuSPARSE csrgeam2 (through CuPy) adds two canonical CSR operands" if op == "add" else
+                          "CuPy's intersection kernel multiplies two canonical CSR operands",
+                          when="same_canonical_class"))
         rules.append(Rule(op, "cuda", ANY, "array-program",
                           f"{how} co-iteration in {{fmt}}'s level order as a CuPy array program",
                           dtypes=ALGEBRA_VALUES))
@@ -218,6 +218,9 @@ def _algebra_rules() -> tuple[Rule, ...]:
             Rule(op, "cpu", ANY, "array-program",
                  f"{op} as a NumPy array program over {{fmt}}'s entries (segmented reduction)",
                  dtypes=ALGEBRA_VALUES),
+            *([Rule(op, "cuda", frozenset({"CSR", "CSC"}), "cupyx",
+                    "CuPy's sum of a zero-copy {fmt} view (a cuSPARSE product with a vector of ones)",
+                    when="canonical")] if op == "sum" else []),
             Rule(op, "cuda", ANY, "array-program",
                  f"{op} as a CuPy array program over {{fmt}}'s entries (segmented reduction)",
                  dtypes=ALGEBRA_VALUES),
