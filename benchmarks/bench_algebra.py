@@ -68,11 +68,13 @@ def _round_robin(fns: dict[str, Callable[[], Any]], rounds: int = 7) -> dict[str
     return best
 
 
-def _single_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
+def _threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with the C SpGEMM kernel held at ``nt`` OpenMP threads."""
+
     def run() -> Any:
         from ust.algebra import spgemm_c
 
-        spgemm_c.THREADS = 1
+        spgemm_c.THREADS = nt
         try:
             return fn()
         finally:
@@ -81,13 +83,21 @@ def _single_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def _spgemm_threads(a: Any) -> int:
+    """The threads the C SpGEMM kernel picks for ``a @ a`` now."""
+    from ust.algebra import spgemm_c
+
+    return spgemm_c.threads(int(np.diff(a.indptr)[a.indices].sum()), spgemm_c.SMALL_PRODUCTS)
+
+
 def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     import ust.ops_algebra as ops
     from ust.convert import asarray
 
     out: list[dict[str, Any]] = []
 
-    # SpGEMM A @ A, Poisson n^3
+    # SpGEMM A @ A, Poisson n^3 (and (n/2)^3)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     A = poisson3d(n)
     ta, tdia = asarray(A), asarray(A, "DIA")
     case = f"SpGEMM A@A, Poisson {n}^3 ({A.shape[0]:,} rows, {A.nnz:,} nnz)"
@@ -100,17 +110,19 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
 
     t = _round_robin({
         "ust": lambda: ops.matmul_sparse(ta, ta),
-        "one": _single_thread(lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
+        "one": _threads(1, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
+        "all": _threads(cores, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
         "scipy-route": lambda: ops.matmul_sparse(ta, ta, route="scipy"),
         "dia": lambda: ops.matmul_sparse(tdia, tdia),
         "scipy": lambda: A @ A,
         "scipy-sorted": sorted_product,
     })  # fmt: skip
-    ours = f"matmul_sparse ({route}, sorted CSR)"
+    ours = f"matmul_sparse ({route}, sorted CSR; picks {_spgemm_threads(A)} of {cores} threads now)"
     base = "scipy A @ A (unsorted rows)"
     out += [
         _row(case, ours, t["ust"], base, t["scipy"], "<= 1.2"),
         _row(case, "matmul_sparse (generated-c, 1 thread)", t["one"], base, t["scipy"]),
+        _row(case, f"matmul_sparse (generated-c, {cores} threads)", t["all"], base, t["scipy"]),
         _row(case, "matmul_sparse (scipy route: SciPy + sort)", t["scipy-route"], base, t["scipy"]),
         _row(case, ours, t["ust"], "scipy A @ A + sort_indices", t["scipy-sorted"]),
         _row(case, f"DIA @ DIA ({ops.plan('spgemm', tdia, tdia).route})", t["dia"], base, t["scipy"]),
@@ -118,10 +130,23 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     m = max(n // 2, 4)
     small = poisson3d(m)
     ts = asarray(small)
+    case = f"SpGEMM A@A, Poisson {m}^3 ({small.shape[0]:,} rows, {small.nnz:,} nnz)"
+    t = _round_robin({
+        "ust": lambda: ops.matmul_sparse(ts, ts),
+        "one": _threads(1, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
+        "all": _threads(cores, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
+        "scipy": lambda: small @ small,
+    })  # fmt: skip
+    route = ops.plan("spgemm", ts, ts).route
+    ours = f"matmul_sparse ({route}, sorted CSR; picks {_spgemm_threads(small)} of {cores} threads now)"
+    out += [
+        _row(case, ours, t["ust"], base, t["scipy"], "<= 1.2"),
+        _row(case, "matmul_sparse (generated-c, 1 thread)", t["one"], base, t["scipy"]),
+        _row(case, f"matmul_sparse (generated-c, {cores} threads)", t["all"], base, t["scipy"]),
+    ]
     t = _round_robin({"esc": lambda: ops.matmul_sparse(ts, ts, route="array-program"), "scipy": lambda: small @ small},
                      rounds=3)  # fmt: skip
-    out.append(_row(f"SpGEMM A@A, Poisson {m}^3", "array-program (expand-sort-compress)", t["esc"], "scipy A @ A",
-                    t["scipy"]))  # fmt: skip
+    out.append(_row(case, "array-program (expand-sort-compress)", t["esc"], base, t["scipy"]))
 
     # SDDMM
     S = random_rows(sddmm_rows, 8, seed=3)
