@@ -243,14 +243,18 @@ int64_t ust_spgemm_work(int64_t m, const idx_t* ap, const idx_t* aj, const idx_t
    never waits for another until its chunks run out: a thread that the OS holds back delays
    no one (the others keep their chunks in their arenas meanwhile). */
 
-typedef struct { int64_t chunk, r0, r1, off, len; } pend_t;
+typedef struct { idx_t* j; val_t* x; int64_t cap; } buf_t;
 
+typedef struct { int64_t chunk, r0, r1, len; buf_t b; } pend_t;
+
+/* a thread's chunks waiting for their place, oldest first, each in its own buffer; flushed
+   buffers go back to a spare stack, so a thread in step with the others cycles through two
+   or three cache-resident buffers */
 typedef struct {
     pend_t* list;
-    int64_t head, count, cap;  /* pending chunks: list[head .. head + count) */
-    idx_t* aj;
-    val_t* ax;
-    int64_t used, room;        /* the arena */
+    int64_t head, count, cap;  /* pending: list[head .. head + count) */
+    buf_t* spare;
+    int64_t nspare, capspare;
 } arena_t;
 
 static int64_t chunk_start(const int64_t* rub, int64_t m, int64_t nch, int64_t c) {
@@ -282,7 +286,7 @@ static void place(const int64_t* clen, int64_t* cbase, int64_t nch, int64_t* pla
     }
 }
 
-/* copy out the arena's chunks that have their place (all of them, waiting, when `all`) */
+/* copy out the pending chunks that have their place (all of them, waiting, when `all`) */
 static void flush(arena_t* ar, const int64_t* cbase, const int64_t* placed, const int* failed, int all,
                   int64_t* cp, idx_t* cj, val_t* cx) {
     int spins = 0;
@@ -294,35 +298,54 @@ static void flush(arena_t* ar, const int64_t* cbase, const int64_t* placed, cons
             continue;
         }
         int64_t base = cbase[pd->chunk];
-        memcpy(cj + base, ar->aj + pd->off, (size_t)pd->len * sizeof(idx_t));
-        memcpy(cx + base, ar->ax + pd->off, (size_t)pd->len * sizeof(val_t));
+        if (pd->len) {
+            memcpy(cj + base, pd->b.j, (size_t)pd->len * sizeof(idx_t));
+            memcpy(cx + base, pd->b.x, (size_t)pd->len * sizeof(val_t));
+        }
         for (int64_t i = pd->r0; i < pd->r1; ++i) cp[i + 1] += base;
+        ar->spare[ar->nspare++] = pd->b; /* room: every buffer is pending or spare */
         ++ar->head;
         --ar->count;
     }
     ar->head = 0;
-    ar->used = 0;
 }
 
-static int arena_reserve(arena_t* ar, int64_t need) {
+/* a pending slot with a buffer of `need` entries (NULL: out of memory) */
+static pend_t* arena_push(arena_t* ar, int64_t need) {
     if (ar->head + ar->count == ar->cap) {
-        int64_t cap = ar->cap ? 2 * ar->cap : 16;
-        pend_t* l = (pend_t*)realloc(ar->list, (size_t)cap * sizeof(pend_t));
-        if (!l) return 0;
-        ar->list = l;
-        ar->cap = cap;
+        if (ar->head) {
+            memmove(ar->list, ar->list + ar->head, (size_t)ar->count * sizeof(pend_t));
+            ar->head = 0;
+        } else {
+            int64_t cap = ar->cap ? 2 * ar->cap : 8;
+            pend_t* l = (pend_t*)realloc(ar->list, (size_t)cap * sizeof(pend_t));
+            buf_t* s = (buf_t*)realloc(ar->spare, (size_t)cap * sizeof(buf_t));
+            if (l) ar->list = l;
+            if (s) ar->spare = s;
+            if (!l || !s) return NULL;
+            ar->cap = cap;
+        }
     }
-    if (ar->used + need > ar->room) {
-        int64_t room = ar->used + need > 2 * ar->room ? ar->used + need : 2 * ar->room;
-        idx_t* nj = (idx_t*)realloc(ar->aj, (size_t)(room > 0 ? room : 1) * sizeof(idx_t));
-        if (!nj) return 0;
-        ar->aj = nj;
-        val_t* nx = (val_t*)realloc(ar->ax, (size_t)(room > 0 ? room : 1) * sizeof(val_t));
-        if (!nx) return 0;
-        ar->ax = nx;
-        ar->room = room;
+    buf_t b = {NULL, NULL, 0};
+    if (ar->nspare) b = ar->spare[--ar->nspare];
+    if (b.cap < need) {
+        free(b.j);
+        free(b.x);
+        b.cap = need > 2 * b.cap ? need : 2 * b.cap;
+        b.j = (idx_t*)malloc((size_t)(b.cap > 0 ? b.cap : 1) * sizeof(idx_t));
+        b.x = (val_t*)malloc((size_t)(b.cap > 0 ? b.cap : 1) * sizeof(val_t));
+        if (!b.j || !b.x) { free(b.j); free(b.x); return NULL; }
     }
-    return 1;
+    pend_t* pd = &ar->list[ar->head + ar->count++];
+    pd->b = b;
+    return pd;
+}
+
+static void arena_close(arena_t* ar) {
+    for (int64_t s = 0; s < ar->count; ++s) { free(ar->list[ar->head + s].b.j); free(ar->list[ar->head + s].b.x); }
+    for (int64_t s = 0; s < ar->nspare; ++s) { free(ar->spare[s].j); free(ar->spare[s].x); }
+    free(ar->list);
+    free(ar->spare);
 }
 
 int ust_spgemm(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val_t* ax,
@@ -354,6 +377,7 @@ int ust_spgemm(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val
             int64_t r0 = chunk_start(rub, m, nch, c), r1 = chunk_start(rub, m, nch, c + 1);
             int direct = __atomic_load_n(&placed, __ATOMIC_ACQUIRE) == c;
             int64_t base = 0;
+            pend_t* pd = NULL;
             idx_t* oj;
             val_t* ox;
             if (direct) {
@@ -363,9 +387,10 @@ int ust_spgemm(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val
             } else {
                 int64_t need = rub[r1] - rub[r0];
                 if ((double)need > (double)(r1 - r0) * (double)n) need = (r1 - r0) * n;
-                if (!arena_reserve(&ar, need)) { __atomic_store_n(&failed, 1, __ATOMIC_RELAXED); break; }
-                oj = ar.aj + ar.used;
-                ox = ar.ax + ar.used;
+                pd = arena_push(&ar, need);
+                if (!pd) { __atomic_store_n(&failed, 1, __ATOMIC_RELAXED); break; }
+                oj = pd->b.j;
+                ox = pd->b.x;
             }
             int64_t pos = 0;
             for (int64_t i = r0; i < r1; ++i) {
@@ -375,17 +400,13 @@ int ust_spgemm(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, const val
                 pos += len;
                 cp[i + 1] = base + pos;
             }
-            if (!direct) {
-                pend_t* pd = &ar.list[ar.head + ar.count++];
-                pd->chunk = c; pd->r0 = r0; pd->r1 = r1; pd->off = ar.used; pd->len = pos;
-                ar.used += pos;
-            }
+            if (pd) { pd->chunk = c; pd->r0 = r0; pd->r1 = r1; pd->len = pos; }
             __atomic_store_n(&clen[c], pos, __ATOMIC_RELEASE);
             place(clen, cbase, nch, &placed, &running);
             flush(&ar, cbase, &placed, &failed, 0, cp, cj, cx);
         }
         flush(&ar, cbase, &placed, &failed, 1, cp, cj, cx);
-        free(ar.list); free(ar.aj); free(ar.ax);
+        arena_close(&ar);
         if (ok) ws_close(&w);
     }
     free(clen);
