@@ -1,7 +1,7 @@
 """CSR/COO/CSC/DIA -> BSR: exact buffers of scipy's ``tobsr`` followed by ``sort_indices``.
 
 The CPU route merges each block row's CSR rows by block column in C
-(:mod:`ust.backends.cpu.bsr_kernel`); without a compiler it falls back to scipy's ``tobsr``
+(:mod:`ust.convert.bsr_c`); without a compiler it falls back to scipy's ``tobsr``
 and a block sort.  Both must give scipy's canonical buffers bit for bit: blocks sorted by
 block column, explicit zeros kept, duplicates summed, index dtype as ``csr_array.tobsr``.
 """
@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import ust.algebra.spgemm_c as spgemm_c
-from ust.backends.cpu import bsr_kernel
-from ust.backends.cpu.bsr_kernel import csr_to_bsr
-from ust.convert import asarray
+import ust.runtime.cpu_threads as cpu_threads
+from ust.convert import asarray, bsr_c
+from ust.convert.bsr_c import csr_to_bsr
 from ust.convert.routes import explain_route
 from ust.convert.scipy import csr_tobsr_sorted
 from ust.runtime.errors import FormatError
@@ -132,7 +131,7 @@ def test_unsorted_rows_fall_back_to_scipy() -> None:
 
 
 def test_without_compiler_scipy_route(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bsr_kernel, "_library", lambda *args: None)
+    monkeypatch.setattr(bsr_c, "_library", lambda *args: None)
     a = _csr(40, 30, 0.2, np.complex128, index=np.int64)
     assert csr_to_bsr(a.shape, a.indptr, a.indices, a.data, (2, 3)) is None
     _same(csr_tobsr_sorted(a, (2, 3)), _reference(a, (2, 3)))
@@ -178,7 +177,7 @@ def test_parallel_kernel_on_a_large_matrix(monkeypatch: pytest.MonkeyPatch) -> N
     from ust.demo import poisson3d
 
     a = sp.csr_array(poisson3d(40))  # 440 k entries: above the one-thread threshold
-    monkeypatch.setattr(spgemm_c, "THREADS", 2)
+    monkeypatch.setattr(cpu_threads, "THREADS", 2)
     got = csr_to_bsr(a.shape, a.indptr, a.indices, a.data, (2, 2))
     assert got is not None
     _same(got, _reference(a, (2, 2)))

@@ -15,6 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 import ust.algebra.spgemm_c as spgemm_c
+import ust.runtime.cpu_threads as cpu_threads
 from ust.demo import poisson3d
 from ust.plan.planner import c_compiler_available
 
@@ -35,7 +36,7 @@ def _reference(a: Any, b: Any) -> Any:
 
 
 def _run(a: Any, b: Any, nt: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
-    monkeypatch.setattr(spgemm_c, "THREADS", nt)
+    monkeypatch.setattr(cpu_threads, "THREADS", nt)
     monkeypatch.setattr(spgemm_c, "CHUNK_WORK", chunk)
     return spgemm_c.spgemm_csr_c(
         a.shape, (a.indptr, a.indices, a.data), b.shape, (b.indptr, b.indices, b.data)
@@ -139,42 +140,42 @@ def test_two_pass_route_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_thread_count_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spgemm_c, "THREADS", None)
-    assert spgemm_c.threads(spgemm_c.SMALL_PRODUCTS - 1, spgemm_c.SMALL_PRODUCTS) == 1
+    monkeypatch.setattr(cpu_threads, "THREADS", None)
+    assert cpu_threads.threads(spgemm_c.SMALL_PRODUCTS - 1, spgemm_c.SMALL_PRODUCTS) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert spgemm_c.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == 3
+    assert cpu_threads.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == 3
     monkeypatch.delenv("OMP_NUM_THREADS")
-    monkeypatch.setattr(spgemm_c, "other_load", lambda: 0.0)
-    cores = len(spgemm_c.os.sched_getaffinity(0))
-    assert spgemm_c.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == cores
-    monkeypatch.setattr(spgemm_c, "other_load", lambda: float(cores))
-    assert spgemm_c.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == 1
-    monkeypatch.setattr(spgemm_c, "THREADS", 5)
-    assert spgemm_c.threads(1) == 5
+    monkeypatch.setattr(cpu_threads, "other_load", lambda: 0.0)
+    cores = len(cpu_threads.os.sched_getaffinity(0))
+    assert cpu_threads.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == cores
+    monkeypatch.setattr(cpu_threads, "other_load", lambda: float(cores))
+    assert cpu_threads.threads(1 << 30, spgemm_c.SMALL_PRODUCTS) == 1
+    monkeypatch.setattr(cpu_threads, "THREADS", 5)
+    assert cpu_threads.threads(1) == 5
 
 
 def test_other_load_does_not_count_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """The busy time of this process's own threads is subtracted from the machine's."""
     ticks = {"busy": 100.0}
-    monkeypatch.setattr(spgemm_c, "_busy_cpu_seconds", lambda: ticks["busy"])
+    monkeypatch.setattr(cpu_threads, "_busy_cpu_seconds", lambda: ticks["busy"])
     own = {"t": 10.0}
-    monkeypatch.setattr(spgemm_c.time, "process_time", lambda: own["t"])
+    monkeypatch.setattr(cpu_threads.time, "process_time", lambda: own["t"])
     clock = {"t": 1000.0}
-    monkeypatch.setattr(spgemm_c.time, "monotonic", lambda: clock["t"])
-    monkeypatch.setattr(spgemm_c, "_sample", None)
-    monkeypatch.setattr(spgemm_c, "_estimate", None)
-    monkeypatch.setattr(spgemm_c, "_runnable_elsewhere", lambda: 0.0)
-    assert spgemm_c.other_load() == 0.0  # first sample: what runs elsewhere now
+    monkeypatch.setattr(cpu_threads.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(cpu_threads, "_sample", None)
+    monkeypatch.setattr(cpu_threads, "_estimate", None)
+    monkeypatch.setattr(cpu_threads, "_runnable_elsewhere", lambda: 0.0)
+    assert cpu_threads.other_load() == 0.0  # first sample: what runs elsewhere now
     clock["t"] += 1.0
     ticks["busy"] += 2.0  # two cores busy for a second ...
     own["t"] += 2.0  # ... both by this process
-    assert spgemm_c.other_load() == pytest.approx(0.0)
+    assert cpu_threads.other_load() == pytest.approx(0.0)
     clock["t"] += 1.0
     ticks["busy"] += 1.5
     own["t"] += 0.5  # another process held one core
-    assert spgemm_c.other_load() == pytest.approx(1.0)
+    assert cpu_threads.other_load() == pytest.approx(1.0)
     clock["t"] += 0.01  # too soon for a new window: the last estimate
-    assert spgemm_c.other_load() == pytest.approx(1.0)
+    assert cpu_threads.other_load() == pytest.approx(1.0)
 
 
 def test_large_poisson_product_on_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +183,7 @@ def test_large_poisson_product_on_threads(monkeypatch: pytest.MonkeyPatch) -> No
     ref = _reference(a, a)
     for nt in (1, 2):
         _same(_run(a, a, nt, spgemm_c.CHUNK_WORK, monkeypatch), ref)
-    monkeypatch.setattr(spgemm_c, "THREADS", None)
+    monkeypatch.setattr(cpu_threads, "THREADS", None)
     _same(
         spgemm_c.spgemm_csr_c(a.shape, (a.indptr, a.indices, a.data), a.shape, (a.indptr, a.indices, a.data)),
         ref,

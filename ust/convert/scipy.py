@@ -234,13 +234,13 @@ def csr_tobsr_sorted(a: Any, blocksize: tuple[int, int]) -> Any:
     buffers of ``a.tobsr(blocksize)`` followed by ``sort_indices()``, explicit zeros kept.
 
     One C pass per block row merges its rows by block column
-    (:func:`ust.backends.cpu.bsr_kernel.csr_to_bsr`); without a C compiler (or for rows out of
+    (:func:`ust.convert.bsr_c.csr_to_bsr`); without a C compiler (or for rows out of
     order) scipy's ``tobsr`` runs and its blocks are sorted afterwards.  A blocksize that does
     not divide the shape is a FormatError.
     """
     import scipy.sparse as sp
 
-    from ust.backends.cpu.bsr_kernel import csr_to_bsr
+    from ust.convert.bsr_c import csr_to_bsr
 
     r, c = (int(b) for b in blocksize)
     res = csr_to_bsr(a.shape, a.indptr, a.indices, a.data, (r, c))

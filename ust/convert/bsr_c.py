@@ -4,10 +4,11 @@ SciPy's ``tobsr`` leaves the blocks of a block row in first-appearance order, so
 BSR (blocks sorted by block column) costs it a second pass.  Here the CSR rows are already
 sorted, so the R rows of a block row are R sorted lists of block columns: a R-way merge
 (the smallest head block column, then every row whose head is in it advances) emits the
-blocks in order, with no sort.  Two passes, both parallel over block rows (OpenMP): count
-the blocks of each block row, then fill them (each block zeroed, then its entries added
-with ``+=`` exactly as SciPy's ``csr_tobsr`` does, so the buffers are bit-identical to
-``tobsr`` followed by ``sort_indices``).
+blocks in order, with no sort.  Two passes, both parallel over block rows (OpenMP, on
+:func:`ust.runtime.cpu_threads.threads` threads): count the blocks of each block row, then
+fill them (each block zeroed, then its entries added with ``+=`` exactly as SciPy's
+``csr_tobsr`` does, so the buffers are bit-identical to ``tobsr`` followed by
+``sort_indices``).
 
 The source is generated per (block shape, value type, index type) -- R and C are constants,
 so the merge over R heads unrolls and ``j / C`` is a shift or a multiply -- and compiled
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ust.runtime.cpu_threads import threads
 from ust.runtime.errors import FormatError
 
 __all__ = ["SOURCE_TEMPLATE", "csr_to_bsr", "source"]
@@ -40,6 +42,15 @@ typedef {I} idx_t;
 
 static inline int64_t bcol(idx_t j) {{ return (int64_t)((uint64_t)j / (uint64_t)C); }}
 
+/* The R rows of block row bi: each one's next entry p, its end e and its head block column h
+   (NONE when the row is empty).  A macro, so the loops compile exactly as written out. */
+#define HEADS(bi, p, e, h)                                                         \
+    for (int r = 0; r < R; ++r) {{                                                  \
+        p[r] = ap[(bi) * R + r];                                                   \
+        e[r] = ap[(bi) * R + r + 1];                                               \
+        h[r] = p[r] < e[r] ? bcol(aj[p[r]]) : NONE;                                \
+    }}
+
 /* bp[bi + 1] = blocks of block row bi, then the running sum (bp[0] = 0): returns the number
    of blocks, or -1 when some row's block columns decrease (the merge needs them sorted). */
 int64_t ust_bsr_count(int64_t nbr, const idx_t* ap, const idx_t* aj, idx_t* bp, int nt) {{
@@ -47,11 +58,7 @@ int64_t ust_bsr_count(int64_t nbr, const idx_t* ap, const idx_t* aj, idx_t* bp, 
     #pragma omp parallel for num_threads(nt) schedule(static) reduction(|:bad)
     for (int64_t bi = 0; bi < nbr; ++bi) {{
         int64_t p[R], e[R], h[R];
-        for (int r = 0; r < R; ++r) {{
-            p[r] = ap[bi * R + r];
-            e[r] = ap[bi * R + r + 1];
-            h[r] = p[r] < e[r] ? bcol(aj[p[r]]) : NONE;
-        }}
+        HEADS(bi, p, e, h)
         int64_t n = 0;
         for (;;) {{
             int64_t cur = h[0];
@@ -85,11 +92,7 @@ void ust_bsr_fill(int64_t nbr, const idx_t* ap, const idx_t* aj, const val_t* ax
     #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bi = 0; bi < nbr; ++bi) {{
         int64_t p[R], e[R], h[R];
-        for (int r = 0; r < R; ++r) {{
-            p[r] = ap[bi * R + r];
-            e[r] = ap[bi * R + r + 1];
-            h[r] = p[r] < e[r] ? bcol(aj[p[r]]) : NONE;
-        }}
+        HEADS(bi, p, e, h)
         int64_t k = bp[bi];
         for (;;) {{
             int64_t cur = h[0];
@@ -175,8 +178,6 @@ def csr_to_bsr(
     Index arrays come out in the CSR's index dtype (int64 where a block count or block column
     would not fit int32), as ``csr_array.tobsr`` gives them.
     """
-    from ust.algebra.spgemm_c import threads
-
     m, n = (int(s) for s in shape)
     r, c = (int(b) for b in blocksize)
     if r < 1 or c < 1 or m % r or n % c:
