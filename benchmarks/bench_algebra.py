@@ -72,22 +72,23 @@ def _threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
     """``fn`` with the C SpGEMM kernel held at ``nt`` OpenMP threads."""
 
     def run() -> Any:
-        from ust.algebra import spgemm_c
+        from ust.runtime import cpu_threads
 
-        spgemm_c.THREADS = nt
+        cpu_threads.THREADS = nt
         try:
             return fn()
         finally:
-            spgemm_c.THREADS = None
+            cpu_threads.THREADS = None
 
     return run
 
 
 def _spgemm_threads(a: Any) -> int:
     """The threads the C SpGEMM kernel picks for ``a @ a`` now."""
-    from ust.algebra import spgemm_c
+    from ust.algebra.spgemm_c import SMALL_PRODUCTS
+    from ust.runtime.cpu_threads import threads
 
-    return spgemm_c.threads(int(np.diff(a.indptr)[a.indices].sum()), spgemm_c.SMALL_PRODUCTS)
+    return threads(int(np.diff(a.indptr)[a.indices].sum()), SMALL_PRODUCTS)
 
 
 def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
