@@ -237,3 +237,22 @@ def test_csc_to_column_major_coo_takes_the_twin_route() -> None:
     ref = A.tocsc().tocoo()  # scipy's csc.tocoo lists the entries column by column, as this format does
     np.testing.assert_array_equal(cp.asnumpy(g.crd(0)), ref.col)
     np.testing.assert_array_equal(cp.asnumpy(g.crd(1)), ref.row)
+
+
+@pytest.mark.parametrize("shape", [(3 * (1 << 17) + 5,), (1001, 700)])
+def test_large_transfers_are_staged_exactly(shape: tuple[int, ...]) -> None:
+    from ust.runtime.spaces import PINNED_MIN_BYTES, ExecutionSpace, to_package
+
+    x = np.random.default_rng(0).standard_normal(shape)
+    assert x.nbytes >= PINNED_MIN_BYTES  # both directions take the pinned path
+    before = x.copy()
+    up = to_package(x, "cupy", ExecutionSpace("cuda", 0))
+    assert up.nbytes == x.nbytes
+    np.testing.assert_array_equal(cp.asnumpy(up.array), x)
+    down = to_package(up.array, "numpy", ExecutionSpace("cpu"))
+    np.testing.assert_array_equal(down.array, x)
+    np.testing.assert_array_equal(x, before)  # the caller's array is untouched
+    f = cp.asfortranarray(up.array.reshape(shape[0], -1))
+    np.testing.assert_array_equal(
+        to_package(f, "numpy", ExecutionSpace("cpu")).array, x.reshape(shape[0], -1)
+    )

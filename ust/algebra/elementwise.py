@@ -41,10 +41,11 @@ def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
 
 def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
+    from ust.backends.cuda.cusparse_algebra import csr_without_zeros
 
     res = _LIBRARY_OPS[op](a.to_cupyx(), b.to_cupyx())
-    res.eliminate_zeros()  # SciPy's rule, which csrgeam2 / CuPy's product kernel do not apply
-    return from_library(res, fmt)
+    # exact zeros dropped: SciPy's rule, which csrgeam2 and CuPy's product kernel do not apply
+    return from_library(csr_without_zeros(res), fmt)
 
 
 def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:

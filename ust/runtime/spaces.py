@@ -247,14 +247,35 @@ def _to_cupy(x: Any, pkg: str, device_id: int) -> Any:
             if t.device.type == "cuda":
                 return cupy.asarray(cupy.from_dlpack(t))  # same device: zero copy; another: copied
             return cupy.asarray(t.numpy())
-        if x.nbytes >= PINNED_MIN_BYTES and x.flags.c_contiguous:  # stage through pinned memory
-            staged = _pinned_like(x.shape, x.dtype)
-            staged[...] = x
-            out = cupy.empty(x.shape, dtype=x.dtype)
-            out.set(staged)
-            cupy.cuda.get_current_stream().synchronize()  # the pinned block goes back to the pool next
-            return out
+        if x.nbytes >= PINNED_MIN_BYTES and x.flags.c_contiguous:
+            return _staged_upload(cupy, x)
         return cupy.asarray(x)
+
+
+_STAGE_CHUNK = 1 << 20
+
+
+def _staged_upload(cupy: Any, x: Any) -> Any:
+    """A host -> device copy through two pinned 1 MiB blocks, each block's copy into pinned
+    memory overlapping the DMA of the other (a pageable copy does the two one after another)."""
+    import ctypes
+
+    import numpy as np
+
+    out = cupy.empty(x.shape, dtype=x.dtype)
+    src = x.reshape(-1).view(np.uint8)
+    blocks = [_pinned_like((_STAGE_CHUNK,), np.uint8) for _ in range(2)]
+    done: list[Any] = [None, None]
+    stream = cupy.cuda.get_current_stream()
+    for k, start in enumerate(range(0, src.shape[0], _STAGE_CHUNK)):
+        block, n = blocks[k % 2], min(_STAGE_CHUNK, src.shape[0] - start)
+        if done[k % 2] is not None:
+            done[k % 2].synchronize()  # the DMA out of this block has finished
+        block[:n] = src[start : start + n]
+        (out.data + start).copy_from_host_async(block.ctypes.data_as(ctypes.c_void_p), n, stream)
+        done[k % 2] = stream.record()
+    stream.synchronize()  # the pinned blocks go back to the pool next
+    return out
 
 
 def _to_torch(x: Any, pkg: str, space: ExecutionSpace) -> Any:

@@ -31,7 +31,14 @@ from ust.backends.cuda.cusparse import (
 )
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["SDDMM_ALG_DEFAULT", "SPGEMM_DEFAULT", "csr_rows_sorted", "sddmm_csr", "spgemm_csr"]
+__all__ = [
+    "SDDMM_ALG_DEFAULT",
+    "SPGEMM_DEFAULT",
+    "csr_rows_sorted",
+    "csr_without_zeros",
+    "sddmm_csr",
+    "spgemm_csr",
+]
 
 _vp = ctypes.c_void_p
 _i64 = ctypes.c_int64
@@ -176,6 +183,24 @@ def csr_rows_sorted(pos: Any, crd: Any) -> bool:
     flag = cupy.zeros(1, dtype=np.int32)
     _unsorted_rows_kernel()(pos, crd, flag, size=m)
     return not bool(flag.get()[0])
+
+
+def csr_without_zeros(m: Any) -> Any:
+    """A cupyx CSR matrix without its exactly-zero entries (SciPy's rule for sparse arithmetic).
+
+    Not ``eliminate_zeros()``: CuPy implements it with cuSPARSE's csr2csr_compress at tolerance
+    0, which for real values also drops every negative entry (seen with CuPy 14.2 on the H200).
+    Here the kept count before each stored slot, read at the row starts, is the new ``indptr``.
+    """
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    keep = m.data != 0
+    if bool(keep.all()):
+        return m
+    kept_before = cupy.zeros(int(keep.shape[0]) + 1, dtype=m.indptr.dtype)
+    cupy.cumsum(keep, dtype=m.indptr.dtype, out=kept_before[1:])
+    return csp.csr_matrix((m.data[keep], m.indices[keep], kept_before[m.indptr]), shape=m.shape)
 
 
 def sddmm_csr(
