@@ -288,10 +288,10 @@ def _gpu_elementwise(rows: int) -> list[dict[str, Any]]:
              "CuPy X + Y (csrgeam2)", t_add),
         _row(case + " as DCSR", "add (array-program)", time_gpu(lambda: ops.add(dx, dy), repeat=10),
              "CuPy X + Y (CSR)", t_add),
-        _row(f"multiply, random {rows:,}^2", "multiply (array-program)",
+        _row(f"multiply, random {rows:,}^2", f"multiply ({ops.plan('multiply', tx, ty).route})",
              time_gpu(lambda: ops.multiply(tx, ty), repeat=10), "CuPy X.multiply(Y)", t_mul),
-        _row(f"sum(axis=1), {rows:,}^2", "sum (array-program)", time_gpu(lambda: ops.sum(tx, 1), repeat=10),
-             "CuPy X.sum(1)", t_sum),
+        _row(f"sum(axis=1), {rows:,}^2", f"sum ({ops.plan('sum', tx).route})",
+             time_gpu(lambda: ops.sum(tx, 1), repeat=10), "CuPy X.sum(1)", t_sum),
         _row(f"max(axis=0), {rows:,}^2", "max (array-program)", time_gpu(lambda: ops.max(tx, 0), repeat=10),
              "CuPy X.max(0)", t_max),
     ]  # fmt: skip
