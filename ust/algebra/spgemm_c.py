@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ust.codegen.emit_c import C_INDEX, C_SCALAR
 from ust.runtime.cpu_threads import threads
 
 __all__ = ["SOURCE_TEMPLATE", "source", "spgemm_csr_c"]
@@ -460,28 +461,13 @@ int ust_spgemm_fill(int64_t m, int64_t n, const idx_t* ap, const idx_t* aj, cons
 }
 """
 
-_C_VALUES = {
-    "float32": "float",
-    "float64": "double",
-    "complex64": "float _Complex",
-    "complex128": "double _Complex",
-    "int8": "int8_t",
-    "int16": "int16_t",
-    "int32": "int32_t",
-    "int64": "int64_t",
-    "uint8": "uint8_t",
-    "uint16": "uint16_t",
-    "uint32": "uint32_t",
-    "uint64": "uint64_t",
-}
-_C_INDEX = {"int32": "int32_t", "int64": "int64_t"}
-SUPPORTED_VALUES = frozenset(_C_VALUES)
+SUPPORTED_VALUES = frozenset(C_SCALAR)
 
 
 def source(value_dtype: Any, index_dtype: Any) -> str:
     """C source of the kernels for one value and one index dtype."""
-    v = _C_VALUES[np.dtype(value_dtype).name]
-    i = _C_INDEX[np.dtype(index_dtype).name]
+    v = C_SCALAR[np.dtype(value_dtype).name]
+    i = C_INDEX[np.dtype(index_dtype).name]
     return (
         SOURCE_TEMPLATE.replace("@VAL@", v)
         .replace("@IDX@", i)

@@ -40,7 +40,7 @@ from ust.codegen.ir import (
     walk,
 )
 
-__all__ = ["C_INDEX", "C_VALUE", "c_abi", "emit_c"]
+__all__ = ["C_INDEX", "C_SCALAR", "C_VALUE", "c_abi", "emit_c"]
 
 C_VALUE = {
     "float32": "float",
@@ -49,6 +49,11 @@ C_VALUE = {
     "complex128": "double _Complex",
 }
 C_INDEX = {"int32": "int32_t", "int64": "int64_t"}
+#: Every value dtype a hand-written C kernel (SpGEMM, CSR -> BSR) takes: C_VALUE plus integers.
+C_SCALAR = {
+    **C_VALUE,
+    **{f"{s}int{b}": f"{s}int{b}_t" for s in ("", "u") for b in (8, 16, 32, 64)},
+}
 _REAL_PART = {"complex64": ("crealf", "cimagf", "float"), "complex128": ("creal", "cimag", "double")}
 #: Fewer iterations than this run the parallel loop on one thread (no fork/join cost).
 PAR_THRESHOLD = 64

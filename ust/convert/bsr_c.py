@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ust.codegen.emit_c import C_INDEX, C_SCALAR
 from ust.runtime.cpu_threads import threads
 from ust.runtime.errors import FormatError
 
@@ -118,28 +119,13 @@ void ust_bsr_fill(int64_t nbr, const idx_t* ap, const idx_t* aj, const val_t* ax
 }}
 """
 
-_C_VALUES = {
-    "float32": "float",
-    "float64": "double",
-    "complex64": "float _Complex",
-    "complex128": "double _Complex",
-    "int8": "int8_t",
-    "int16": "int16_t",
-    "int32": "int32_t",
-    "int64": "int64_t",
-    "uint8": "uint8_t",
-    "uint16": "uint16_t",
-    "uint32": "uint32_t",
-    "uint64": "uint64_t",
-}
-_C_INDEX = {"int32": "int32_t", "int64": "int64_t"}
 _MAX_BLOCK = 1 << 12  # R and C above this: SciPy's route (a block that size is dense anyway)
 
 
 def source(blocksize: tuple[int, int], value_dtype: Any, index_dtype: Any) -> str:
     """C source of the count/fill pair for one block shape, value dtype and index dtype."""
-    v = _C_VALUES[np.dtype(value_dtype).name]
-    i = _C_INDEX[np.dtype(index_dtype).name]
+    v = C_SCALAR[np.dtype(value_dtype).name]
+    i = C_INDEX[np.dtype(index_dtype).name]
     r, c = blocksize
     return SOURCE_TEMPLATE.format(
         V=v, I=i, R=int(r), C=int(c), INCLUDES="#include <complex.h>" if "Complex" in v else ""
@@ -186,10 +172,10 @@ def csr_to_bsr(
             rule="block-divides-shape",
         )
     data = np.asarray(data)
-    if data.dtype.name not in _C_VALUES or r > _MAX_BLOCK or c > _MAX_BLOCK:
+    if data.dtype.name not in C_SCALAR or r > _MAX_BLOCK or c > _MAX_BLOCK:
         return None
     indptr, indices = np.asarray(indptr), np.asarray(indices)
-    if indptr.dtype.name not in _C_INDEX or indices.dtype.name not in _C_INDEX:
+    if indptr.dtype.name not in C_INDEX or indices.dtype.name not in C_INDEX:
         return None
     nnz = int(indptr[-1]) if indptr.shape[0] else 0
     wide = indptr.dtype.itemsize == 8 or indices.dtype.itemsize == 8 or max(n // c, nnz) > 2**31 - 1
