@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import markdown, poisson3d, random_rows, time_gpu
+from benchmarks.common import markdown, poisson3d, random_rows, time_gpu, time_round_robin
 
 COLUMNS = ["case", "ust", "ust ms", "baseline", "baseline ms", "ust / baseline", "goal"]
 
@@ -50,22 +50,6 @@ def _factors(m: int, n: int, k: int, dtype: Any, xp: Any) -> tuple[Any, Any]:
 
 
 # ----------------------------------------------------------------------------- CPU
-
-
-def _round_robin(fns: dict[str, Callable[[], Any]], rounds: int = 7) -> dict[str, float]:
-    """Best time of each contender, timed in turns (one run of each per round) after a warm-up,
-    so that a burst of load on the shared machine hits every contender alike."""
-    import time
-
-    for fn in fns.values():
-        fn()
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
 
 
 def _threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -109,7 +93,7 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
         c.sort_indices()
         return c
 
-    t = _round_robin({
+    t = time_round_robin({
         "ust": lambda: ops.matmul_sparse(ta, ta),
         "one": _threads(1, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
         "all": _threads(cores, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
@@ -132,7 +116,7 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     small = poisson3d(m)
     ts = asarray(small)
     case = f"SpGEMM A@A, Poisson {m}^3 ({small.shape[0]:,} rows, {small.nnz:,} nnz)"
-    t = _round_robin({
+    t = time_round_robin({
         "ust": lambda: ops.matmul_sparse(ts, ts),
         "one": _threads(1, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
         "all": _threads(cores, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
@@ -145,8 +129,8 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
         _row(case, "matmul_sparse (generated-c, 1 thread)", t["one"], base, t["scipy"]),
         _row(case, f"matmul_sparse (generated-c, {cores} threads)", t["all"], base, t["scipy"]),
     ]
-    t = _round_robin({"esc": lambda: ops.matmul_sparse(ts, ts, route="array-program"), "scipy": lambda: small @ small},
-                     rounds=3)  # fmt: skip
+    t = time_round_robin({"esc": lambda: ops.matmul_sparse(ts, ts, route="array-program"), "scipy": lambda: small @ small},
+                     repeat=3)  # fmt: skip
     out.append(_row(case, "array-program (expand-sort-compress)", t["esc"], base, t["scipy"]))
 
     # SDDMM
@@ -157,11 +141,11 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     bt = np.ascontiguousarray(b.T)
     case = f"SDDMM {sddmm_rows:,}^2, 8/row, rank 64, f64"
     base = "NumPy gathers + row dot (rows precomputed)"
-    t = _round_robin({
+    t = time_round_robin({
         "ust": lambda: ops.sddmm(tsd, a, b),
         "epilog": lambda: ops.sddmm(tsd, a, b, epilog="max(y, 0) * s", epilog_params={"s": 0.5}),
         "base": lambda: np.einsum("ij,ij->i", a[rows_], bt[cols_]),
-    }, rounds=5)  # fmt: skip
+    }, repeat=5)  # fmt: skip
     out += [
         _row(case, f"sddmm ({ops.plan('sddmm', tsd, a, b).route})", t["ust"], base, t["base"], "<= 1.2"),
         _row(case + ", epilogue max(y,0)*s", "sddmm + in-place epilogue", t["epilog"], base, t["base"]),
@@ -171,7 +155,7 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     X, Y = random_rows(rows, 8, seed=0), random_rows(rows, 8, seed=1)
     tx, ty = asarray(X), asarray(Y)
     dx, dy = asarray(X, "DCSR"), asarray(Y, "DCSR")
-    t = _round_robin({
+    t = time_round_robin({
         "add": lambda: ops.add(tx, ty),
         "add-array": lambda: ops.add(tx, ty, route="array-program"),
         "add-dcsr": lambda: ops.add(dx, dy),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import ust.formats as F
-from benchmarks.common import append_results, markdown, poisson3d, random_rows, time_gpu
+from benchmarks.common import append_results, markdown, poisson3d, random_rows, time_gpu, time_round_robin
 from ust.convert import asarray
 from ust.convert.routes import convert, explain_route
 
@@ -93,22 +92,6 @@ def _library_object(t: Any, name: str, device: str) -> Any:
     return None
 
 
-def time_best(fns: dict[str, Callable[[], Any]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
-    """Best-of-``repeat`` seconds of each function on the CPU, run round-robin so that the
-    contenders share whatever else the (shared) machine is doing; the minimum is the least
-    disturbed run."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
-
-
 def time_gpu_all(fns: dict[str, Callable[[], Any]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
     """Median GPU seconds of each function (CUDA events, see benchmarks.common.time_gpu)."""
     return {name: time_gpu(fn, repeat=repeat, warmup=warmup) for name, fn in fns.items()}
@@ -116,7 +99,7 @@ def time_gpu_all(fns: dict[str, Callable[[], Any]], repeat: int = 5, warmup: int
 
 def run(device: str, n: int, repeat: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    timer = time_best if device == "cpu" else time_gpu_all
+    timer = time_round_robin if device == "cpu" else time_gpu_all
     kw = {"repeat": repeat, "warmup": 1}
     for label, matrix, names in (
         ("poisson", poisson3d(n), POISSON_FORMATS),

@@ -49,6 +49,22 @@ def time_cpu(fn: Callable[[], Any], repeat: int = 7, warmup: int = 1) -> float:
     return statistics.median(samples)
 
 
+def time_round_robin(fns: dict[str, Callable[[], Any]], repeat: int = 7, warmup: int = 1) -> dict[str, float]:
+    """Best-of-``repeat`` seconds of each contender on the CPU, timed in turns (one run of each
+    per round) after a warm-up, so that a burst of load on the shared machine hits every
+    contender alike; the minimum is the least disturbed run."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
 def time_gpu(fn: Callable[[], Any], repeat: int = 20, warmup: int = 3) -> float:
     """Median seconds of ``fn()`` on the current CuPy stream, timed with CUDA events."""
     import cupy as cp
