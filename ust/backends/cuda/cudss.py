@@ -514,17 +514,21 @@ class CudssFactorization:
                 what=phase.upper(),
             )
 
-    def set_user_permutation(self, perm: np.ndarray) -> None:
-        p = np.ascontiguousarray(perm, dtype=np.int32)
+    def _set_int32(self, name: str, values: np.ndarray) -> None:
+        """Hand an int32 array to a CUDSS_DATA_* input (cuDSS copies it)."""
+        v = np.ascontiguousarray(values, dtype=np.int32)
         self.lib.call(
             "cudssDataSet",
             self.handle,
             self._data,
-            DATA_PARAM["user_perm"][0],
-            p.ctypes.data,
-            p.nbytes,
-            what="USER_PERM",
+            DATA_PARAM[name][0],
+            v.ctypes.data,
+            v.nbytes,
+            what=name.upper(),
         )
+
+    def set_user_permutation(self, perm: np.ndarray) -> None:
+        self._set_int32("user_perm", perm)
 
     def nd_partition_tree(self) -> np.ndarray | None:
         """The nested-dissection partition tree of the analysis (``2**levels - 1`` int32), or None.
@@ -546,20 +550,12 @@ class CudssFactorization:
 
     def set_user_partition_tree(self, tree: np.ndarray) -> None:
         """Hand a saved partition tree to the next analysis (with :meth:`set_user_permutation`)."""
-        t = np.ascontiguousarray(tree, dtype=np.int32)
-        levels = int(t.shape[0] + 1).bit_length() - 1
-        if t.shape[0] != (1 << levels) - 1:
-            raise CudssError(f"a partition tree has 2**levels - 1 entries, not {t.shape[0]}", 3)
+        size = int(np.shape(tree)[0])
+        levels = (size + 1).bit_length() - 1
+        if size != (1 << levels) - 1:
+            raise CudssError(f"a partition tree has 2**levels - 1 entries, not {size}", 3)
         self.lib.config_set(self._config.value or 0, "nd_nlevels", levels)
-        self.lib.call(
-            "cudssDataSet",
-            self.handle,
-            self._data,
-            DATA_PARAM["user_nd_partition_tree"][0],
-            t.ctypes.data,
-            t.nbytes,
-            what="USER_ND_PARTITION_TREE",
-        )
+        self._set_int32("user_nd_partition_tree", tree)
 
     def get(self, name: str) -> np.ndarray:
         """A CUDSS_DATA_* value as a NumPy array (synchronises with the device)."""
