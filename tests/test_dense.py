@@ -739,6 +739,7 @@ class FakeCublasLt:
         self.objects = {}
         self.calls = []
         self.refuse_broadcast = False
+        self.fastest: tuple[int, int, int] | None = None  # (data[0], tile, swizzle) that runs without a delay
 
     def _new(self, out, value):
         key = len(self.objects) + 1000
@@ -767,7 +768,53 @@ class FakeCublasLt:
             return 0
 
         def check(h, desc, a, b, c, d, algo, result):
-            result._obj.workspaceSize = 0
+            data = algo._obj.data
+            if data[0] == 107 and data[1] == 3 and data[4] == 1:
+                return 15  # one configuration the library refuses for this problem
+            result._obj.workspaceSize = 32 * (data[1] == 2)
+            return 0
+
+        def algo_ids(h, compute, scale, at, bt, ct, dt, requested, ids, returned):
+            ids[0], ids[1] = 7, 9
+            returned._obj.value = 2
+            return 0
+
+        def algo_init(h, compute, scale, at, bt, ct, dt, algo_id, algo):
+            algo._obj.data[:] = [100 + algo_id] + [0] * 7
+            return 0
+
+        def cap_get(algo, attr, buf, size, written):
+            algo_id = algo._obj.data[0] - 100
+            caps = {
+                2: int(algo_id == 7),  # CTA swizzling support
+                7: 0,  # custom option max
+                12: 0xFFFF if algo_id == 7 else 1 | 2,  # epilogue mask: id 9 has no bias epilogues
+            }
+            if attr in (6, 13):  # tile ids [1, 2, 3]; no stage ids
+                values = [1, 2, 3] if attr == 6 else []
+                written._obj.value = 4 * len(values)
+                if buf is not None:
+                    buf[: len(values)] = values
+                return 0
+            if attr not in caps:
+                return 15
+            buf._obj.value = caps[attr]
+            return 0
+
+        def config_set(algo, attr, buf, size):
+            if 1 <= attr <= 6:
+                algo._obj.data[attr] = buf._obj.value
+            return 0
+
+        def config_get(algo, attr, buf, size, written):
+            data = algo._obj.data
+            buf._obj.value = (
+                (data[0] - 100 if data[0] >= 100 else data[0])
+                if attr == 0
+                else data[attr]
+                if attr <= 6
+                else 0
+            )
             return 0
 
         return types.SimpleNamespace(
@@ -789,6 +836,11 @@ class FakeCublasLt:
             pref_set=set_attr,
             heuristic=heuristic,
             check=check,
+            algo_ids=algo_ids,
+            algo_init=algo_init,
+            cap_get=cap_get,
+            config_set=config_set,
+            config_get=config_get,
             matmul=self.matmul,
         )
 
@@ -813,7 +865,10 @@ class FakeCublasLt:
     def matmul(self, h, desc, alpha, a, ad, b, bd, beta, c, cd, d, dd, algo, ws, ws_size, stream):
         op = self.objects[desc]
         attrs = op["attrs"]
-        self.calls.append(int(algo._obj.data[0]))
+        data = algo._obj.data
+        self.calls.append(int(data[0]))
+        if self.fastest is not None and (data[0], data[1], data[4]) != self.fastest:
+            time.sleep(0.02)  # every other algorithm is slower: what autotune must see
         A, B = self._matrix(a, self.objects[ad]), self._matrix(b, self.objects[bd])
         A = A.swapaxes(-1, -2) if attrs.get(lt._DESC_TRANSA, 0) == lt.OP_T else A
         B = B.swapaxes(-1, -2) if attrs.get(lt._DESC_TRANSB, 0) == lt.OP_T else B
@@ -925,6 +980,53 @@ def test_gpu_stateful_with_stand_ins(stand_in_gpu, tmp_path, caplog):
     saved_algo = int(decode_array(saved["plan"]["algorithm"])[0])
     assert saved_algo == 41 + int(np.argmin(times))  # autotune's choice survives resets
     assert stand_in_gpu.calls == [saved_algo]  # the saved algorithm ran, no search
+
+
+@pytest.mark.parametrize(("epilog", "configs"), [("relu_bias", 5), ("relu", 8)])
+def test_exhaustive_autotune_with_stand_ins(stand_in_gpu, tmp_path, epilog, configs):
+    """Every accepted configuration is a candidate; the fastest one runs and is what a plan saves."""
+    a, b = rand((2, 6, 4), "float32"), rand((2, 4, 5), "float32")
+    bias = rand((5,), "float32") if "bias" in epilog else None
+    inputs = None if bias is None else {"bias": dev(bias)}
+    stand_in_gpu.fastest = (107, 2, 1)  # algorithm 7, tile 2, CTA swizzling on
+    mm = dense.Matmul(dev(a), dev(b))
+    mm.plan(epilog=epilog, epilog_inputs=inputs)
+    times = mm.autotune(iterations=2, search="exhaustive")
+    # 2 heuristic candidates + algorithm 7's tiles x swizzling less the refused one (+ algorithm 9's
+    # three tiles when the epilogue has no bias, which algorithm 9 lacks)
+    assert len(times) == 2 + configs
+    lt_run = mm._runner.lt
+    best = int(np.argmin(times))
+    assert tuple(lt_run.candidates[best][0].data)[:5] == (107, 2, 0, 0, 1)
+    assert lt_run.workspace_size == 32  # the chosen configuration's own workspace
+    assert sum(np.isfinite(times)) == len(times)  # screened ones keep their screening time
+    stand_in_gpu.calls.clear()
+    close(np.asarray(mm.execute()), reference(a, b, epilog=epilog, bias=bias), "float32")
+    assert stand_in_gpu.calls == [107]
+    path = tmp_path / "mm.json"
+    mm.save_plan(path)
+    mm.free()
+    stand_in_gpu.calls.clear()
+    with dense.Matmul(dev(a), dev(b)) as again:
+        assert again.load_plan(path, epilog_inputs=inputs) is True
+        close(np.asarray(again.execute()), reference(a, b, epilog=epilog, bias=bias), "float32")
+        assert tuple(again._runner.lt.algorithm_data())[:5] == (107, 2, 0, 0, 1)
+    assert stand_in_gpu.calls == [107]  # no search: the saved configuration ran
+
+
+def test_autotune_search_is_checked_before_any_work(stand_in_gpu):
+    a, b = rand((6, 4), "float32"), rand((4, 5), "float32")
+    mm = dense.Matmul(dev(a), dev(b))
+    mm.plan()
+    stand_in_gpu.calls.clear()
+    with pytest.raises(UnsupportedError, match="search must be one of heuristic, exhaustive"):
+        mm.autotune(search="everything")
+    assert stand_in_gpu.calls == []
+    cpu = dense.Matmul(a, b)
+    cpu.plan()
+    assert cpu.autotune(iterations=1, search="exhaustive") is None  # one CPU route: nothing to search
+    with pytest.raises(UnsupportedError, match="search must be"):
+        cpu.autotune(search="")
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(3, 0, 2), (0, 4, 2), (3, 4, 0)])

@@ -517,20 +517,28 @@ class Matmul(StatefulOperation):
         )
 
     def autotune(
-        self, iterations: int = 10, *, algorithms: int = 32, stream: Any = None
+        self, iterations: int = 10, *, algorithms: int = 32, search: str = "heuristic", stream: Any = None
     ) -> list[float] | None:
         """GPU: ask cuBLASLt's heuristic for up to ``algorithms`` candidates, time each ``iterations``
         times on the real operands, keep the fastest.
 
-        Returns the milliseconds per call of every candidate (None on the CPU: one route, nothing to tune).
+        ``search="exhaustive"`` also tries every configuration cuBLASLt accepts for the problem
+        (algorithm ids x tiles x stages x swizzling x custom options), screened with one call
+        each; worth its cost for long-running problems, where the heuristic's model can miss
+        the fastest tile.  Returns the milliseconds per call of every candidate (None on the
+        CPU: one route, nothing to tune).
         """
+        from ust.backends.cuda.cublaslt import SEARCHES  # the binding's pure half: loads no library
+
         self._require("autotune", "plan")
         if iterations < 1:
             raise UnsupportedError(f"iterations must be >= 1, not {iterations}")
+        if search not in SEARCHES:
+            raise UnsupportedError(f"search must be one of {', '.join(SEARCHES)}, not {search!r}")
         times = None
         if self._runner.route == "cublasLt":
             times = self._runner.autotune(
-                self._alpha, self._beta, self._place.stream(stream), iterations, algorithms
+                self._alpha, self._beta, self._place.stream(stream), iterations, algorithms, search
             )
         else:
             _log.info("autotune: the CPU route (%s) has no algorithm choice", self._runner.route)

@@ -192,6 +192,33 @@ def test_stateful_autotune_reset_free():
         mm.execute()
 
 
+def test_exhaustive_autotune_runs_every_accepted_configuration(tmp_path):
+    from ust.backends.cuda import cublaslt_sweep
+
+    a, b, bias = rand((4, 512, 256), "float32"), rand((4, 256, 384), "float32"), rand((384,), "float32")
+    ga, gb, gbias = (cp.asarray(x) for x in (a, b, bias))
+    with dense.Matmul(ga, gb) as mm:
+        mm.plan(epilog="relu_bias", epilog_inputs={"bias": gbias})
+        heuristic = len(mm._runner.lt.candidates)
+        lt_run = mm._runner.lt
+        configs = list(cublaslt_sweep.configurations(lt_run, workspace_limit=mm._runner.workspace_limit))
+        assert configs, "cuBLASLt accepts no configuration of a plain float32 matmul"
+        ids = set(cublaslt_sweep.algorithm_ids(lt_run))
+        for algo, ws in configs:
+            assert cublaslt_sweep.configuration(lt_run, algo)["id"] in ids
+            assert lt_run.check(algo) == ws
+        times = mm.autotune(iterations=2, search="exhaustive")
+        assert len(times) > heuristic and np.isfinite(min(times))
+        close(mm.execute(), reference(a, b, epilog="relu_bias", bias=bias), "float32")
+        path = tmp_path / "mm.json"
+        mm.save_plan(path)
+        chosen = [int(v) for v in lt_run.algorithm_data()]
+    with dense.Matmul(ga, gb) as again:
+        assert again.load_plan(path, epilog_inputs={"bias": gbias}) is True
+        assert [int(v) for v in again._runner.lt.algorithm_data()] == chosen
+        close(again.execute(), reference(a, b, epilog="relu_bias", bias=bias), "float32")
+
+
 _CHILD = textwrap.dedent(
     """
     import json, sys

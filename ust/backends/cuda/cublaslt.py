@@ -344,6 +344,33 @@ def _api() -> SimpleNamespace:
             st,
             [*[_c_void_p] * 6, ctypes.POINTER(Algo), ctypes.POINTER(HeuristicResult)],
         ),
+        algo_ids=declare(
+            lib,
+            "cublasLtMatmulAlgoGetIds",
+            st,
+            [_c_void_p, *[ctypes.c_int] * 7, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)],
+        ),
+        algo_init=declare(
+            lib, "cublasLtMatmulAlgoInit", st, [_c_void_p, *[ctypes.c_int] * 7, ctypes.POINTER(Algo)]
+        ),
+        cap_get=declare(
+            lib,
+            "cublasLtMatmulAlgoCapGetAttribute",
+            st,
+            [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
+        ),
+        config_set=declare(
+            lib,
+            "cublasLtMatmulAlgoConfigSetAttribute",
+            st,
+            [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t],
+        ),
+        config_get=declare(
+            lib,
+            "cublasLtMatmulAlgoConfigGetAttribute",
+            st,
+            [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
+        ),
         matmul=declare(
             lib,
             "cublasLtMatmul",
@@ -533,6 +560,11 @@ class LtMatmul:
         """Adopt a saved algorithm (8 uint64) after cublasLtMatmulAlgoCheck accepts it here."""
         algo = Algo()
         algo.data[:] = [int(x) for x in np.asarray(data, dtype=np.uint64).ravel()]
+        self.candidates = [(algo, self.check(algo))]
+        self.choose(0)
+
+    def check(self, algo: Algo) -> int:
+        """The workspace bytes ``algo`` needs for this problem; raises if cuBLASLt refuses it here."""
         result = HeuristicResult()
         check_status(
             self.api.check(
@@ -540,8 +572,14 @@ class LtMatmul:
             ),
             "cublasLtMatmulAlgoCheck",
         )
-        self.candidates = [(algo, int(result.workspaceSize))]
-        self.choose(0)
+        return int(result.workspaceSize)
+
+    def describe_choice(self) -> str:
+        """The chosen algorithm's id, tile, stages, ... for log lines."""
+        from ust.backends.cuda.cublaslt_sweep import configuration
+
+        assert self.algo is not None
+        return " ".join(f"{k}={v}" for k, v in configuration(self, self.algo).items())
 
     def algorithm_data(self) -> np.ndarray:
         """The chosen algorithm's 64 bytes as 8 uint64 (what a saved plan stores)."""
@@ -605,6 +643,10 @@ class LtMatmul:
 
 
 # ----------------------------------------------------------------------------- CuPy operands
+
+# autotune's searches: the heuristic's candidates, or every configuration cuBLASLt accepts
+SEARCHES = ("heuristic", "exhaustive")
+FINALISTS = 4  # exhaustive: candidates re-timed with the caller's iterations after one screening call
 
 # (problem, alignments, workspace limit, device) -> heuristic candidates: a one-shot call that
 # repeats a problem skips the heuristic, as a stateful object does.
@@ -876,9 +918,26 @@ class GpuMatmul:
             if len(_heuristic_cache) >= _HEURISTIC_CACHE_SIZE:
                 _heuristic_cache.pop(next(iter(_heuristic_cache)))
             _heuristic_cache[key] = list(self.lt.candidates)
+        self._ensure_workspace()
+
+    def _ensure_workspace(self) -> None:
         needed = max(ws for _, ws in self.lt.candidates)
         if getattr(self, "workspace", None) is None or self.workspace.nbytes < needed:
             self.workspace = self.cp.empty(needed, dtype=np.uint8)
+
+    def _sweep(self) -> None:
+        """Add every configuration cuBLASLt accepts for the problem to the heuristic's candidates."""
+        from ust.backends.cuda.cublaslt_sweep import configurations
+
+        seen = {tuple(algo.data) for algo, _ in self.lt.candidates}
+        added = 0
+        for algo, ws in configurations(self.lt, workspace_limit=self.workspace_limit):
+            if tuple(algo.data) not in seen:
+                seen.add(tuple(algo.data))
+                self.lt.candidates.append((algo, ws))
+                added += 1
+        _log.info("exhaustive search: %d configuration(s) beyond the heuristic's", added)
+        self._ensure_workspace()
 
     # ----------------------------------------------------------------------------------- running
 
@@ -922,43 +981,68 @@ class GpuMatmul:
             )
         return d
 
-    def autotune(
-        self, alpha: Any, beta: Any, stream: int, iterations: int = 10, algorithms: int | None = None
-    ) -> list[float]:
-        """Time up to ``algorithms`` heuristic candidates on the bound operands; keep the fastest.
-
-        Returns the milliseconds per call of each candidate (inf for one that fails here).
-        """
+    def _time_candidate(
+        self, index: int, alpha: Any, beta: Any, stream: int, iterations: int, d: Any
+    ) -> float:
+        """Milliseconds per call of candidate ``index`` after one warm-up (inf if it fails here)."""
         cp = self.cp
-        times: list[float] = []
-        with cp.cuda.Device(self.device_id):
+        try:
+            self.execute(alpha, beta, stream, index=index, d=d)
+        except (UnsupportedError, CublasLtError) as exc:
+            _log.debug("candidate %d fails on these operands: %s", index, exc)
+            return float("inf")
+        s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(s)
+        for _ in range(iterations):
+            self.execute(alpha, beta, stream, index=index, d=d)
+        stop.record(s)
+        stop.synchronize()
+        return float(cp.cuda.get_elapsed_time(start, stop)) / iterations
+
+    def autotune(
+        self,
+        alpha: Any,
+        beta: Any,
+        stream: int,
+        iterations: int = 10,
+        algorithms: int | None = None,
+        search: str = "heuristic",
+    ) -> list[float]:
+        """Time the candidates on the bound operands; keep the fastest.
+
+        ``search="heuristic"`` times up to ``algorithms`` heuristic candidates ``iterations`` times
+        each.  ``"exhaustive"`` adds every configuration :mod:`cublaslt_sweep` finds, screens all
+        with one call each and times the :data:`FINALISTS` fastest ``iterations`` times.  Returns
+        the milliseconds per call of each candidate (inf for one that fails here).
+        """
+        if search not in SEARCHES:
+            raise UnsupportedError(f"search must be one of {', '.join(SEARCHES)}, not {search!r}")
+        with self.cp.cuda.Device(self.device_id):
             if algorithms and algorithms > len(self.lt.candidates):
                 self._search(algorithms)
+            if search == "exhaustive":
+                self._sweep()
             d = self._alloc_d()
-            s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
-            for i in range(len(self.lt.candidates)):
-                try:
-                    self.execute(alpha, beta, stream, index=i, d=d)  # warm-up
-                except (UnsupportedError, CublasLtError) as exc:
-                    _log.debug("candidate %d fails on these operands: %s", i, exc)
-                    times.append(float("inf"))
-                    continue
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record(s)
-                for _ in range(iterations):
-                    self.execute(alpha, beta, stream, index=i, d=d)
-                stop.record(s)
-                stop.synchronize()
-                times.append(cp.cuda.get_elapsed_time(start, stop) / iterations)
-        best = int(np.argmin(times))
+            count = len(self.lt.candidates)
+            finalists: list[int] = list(range(count))
+            times = [float("inf")] * count
+            if search == "exhaustive" and count > FINALISTS:
+                times = [self._time_candidate(i, alpha, beta, stream, 1, d) for i in range(count)]
+                finalists = [int(i) for i in np.argsort(times, kind="stable")[:FINALISTS]]
+            for i in finalists:
+                times[i] = self._time_candidate(i, alpha, beta, stream, iterations, d)
+        best = min(finalists, key=lambda i: times[i])
+        self.lt.choose(best)
         _log.info(
-            "autotune: %d candidate(s), ms per call %s; chose %d (heuristic's first: %.3f ms)",
-            len(times),
+            "autotune (%s): %d candidate(s), ms per call %s; chose %d, %s (heuristic's first: %.3f ms)",
+            search,
+            count,
             ", ".join(f"{t:.3f}" for t in times),
             best,
+            self.lt.describe_choice(),
             times[0],
         )
-        self.lt.choose(best)
         return times
 
     def payload(self) -> dict[str, Any]:
