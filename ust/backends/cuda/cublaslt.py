@@ -305,6 +305,14 @@ def _api() -> SimpleNamespace:
 
     lib = load_library("cublasLt", sonames=("libcublasLt.so.13", "libcublasLt.so.12"))
     st = ctypes.c_int
+    # (algo, attribute, buffer, size, size written): capability and configuration getters alike
+    algo_get_args = [
+        ctypes.POINTER(Algo),
+        ctypes.c_int,
+        _c_void_p,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     api = SimpleNamespace(
         create=declare(lib, "cublasLtCreate", st, [_p_void]),
         destroy=declare(lib, "cublasLtDestroy", st, [_c_void_p]),
@@ -353,24 +361,14 @@ def _api() -> SimpleNamespace:
         algo_init=declare(
             lib, "cublasLtMatmulAlgoInit", st, [_c_void_p, *[ctypes.c_int] * 7, ctypes.POINTER(Algo)]
         ),
-        cap_get=declare(
-            lib,
-            "cublasLtMatmulAlgoCapGetAttribute",
-            st,
-            [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
-        ),
+        cap_get=declare(lib, "cublasLtMatmulAlgoCapGetAttribute", st, algo_get_args),
         config_set=declare(
             lib,
             "cublasLtMatmulAlgoConfigSetAttribute",
             st,
             [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t],
         ),
-        config_get=declare(
-            lib,
-            "cublasLtMatmulAlgoConfigGetAttribute",
-            st,
-            [ctypes.POINTER(Algo), ctypes.c_int, _c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)],
-        ),
+        config_get=declare(lib, "cublasLtMatmulAlgoConfigGetAttribute", st, algo_get_args),
         matmul=declare(
             lib,
             "cublasLtMatmul",

@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from ust.backends.cuda.cublaslt import DTYPES, EPILOGUES, Algo, LtMatmul
+from ust.backends.cuda.cublaslt import DTYPES, EPILOGUES, Algo, CublasLtError, LtMatmul, check_status
 from ust.runtime.errors import UnsupportedError
 from ust.runtime.log import get_logger
 
@@ -56,19 +56,25 @@ def algorithm_ids(lt: LtMatmul, limit: int = 512) -> list[int]:
     """The algorithm ids cuBLASLt has for the problem's types (any shape, any epilogue)."""
     ids = (ctypes.c_int * limit)()
     returned = ctypes.c_int(0)
-    status = lt.api.algo_ids(lt.handle, *_types(lt), limit, ids, ctypes.byref(returned))
-    if status:
-        raise UnsupportedError(f"cublasLtMatmulAlgoGetIds failed with status {status}")
+    check_status(
+        lt.api.algo_ids(lt.handle, *_types(lt), limit, ids, ctypes.byref(returned)),
+        "cublasLtMatmulAlgoGetIds",
+    )
     return [int(ids[i]) for i in range(returned.value)]
 
 
-def _cap_scalar(lt: LtMatmul, algo: Algo, attr: int, ctype: Any) -> int:
+def _read(getter: Any, algo: Algo, attr: int, ctype: Any) -> int | None:
+    """One scalar attribute through a cap_get / config_get style call; None where it has none."""
     value = ctype(0)
     written = ctypes.c_size_t(0)
-    status = lt.api.cap_get(
+    status = getter(
         ctypes.byref(algo), attr, ctypes.byref(value), ctypes.sizeof(value), ctypes.byref(written)
     )
-    return int(value.value) if status == 0 else 0
+    return int(value.value) if status == 0 else None
+
+
+def _cap_scalar(lt: LtMatmul, algo: Algo, attr: int, ctype: Any) -> int:
+    return _read(lt.api.cap_get, algo, attr, ctype) or 0
 
 
 def _cap_array(lt: LtMatmul, algo: Algo, attr: int) -> list[int]:
@@ -91,16 +97,8 @@ def _set_config(lt: LtMatmul, algo: Algo, name: str, value: int) -> bool:
 
 def configuration(lt: LtMatmul, algo: Algo) -> dict[str, int]:
     """An algorithm's configuration by name (id, tile, stages, ...): what a log line shows."""
-    out: dict[str, int] = {}
-    for name, (attr, ctype) in _CONFIG.items():
-        value = ctype(0)
-        written = ctypes.c_size_t(0)
-        status = lt.api.config_get(
-            ctypes.byref(algo), attr, ctypes.byref(value), ctypes.sizeof(value), ctypes.byref(written)
-        )
-        if status == 0:
-            out[name] = int(value.value)
-    return out
+    values = {name: _read(lt.api.config_get, algo, attr, ctype) for name, (attr, ctype) in _CONFIG.items()}
+    return {name: v for name, v in values.items() if v is not None}
 
 
 def _options(lt: LtMatmul, algo: Algo) -> dict[str, list[int]]:
@@ -138,9 +136,7 @@ def configurations(lt: LtMatmul, *, workspace_limit: int, limit: int = 4096) -> 
                 continue
             try:
                 workspace = lt.check(algo)
-            except UnsupportedError:
-                continue
-            except Exception as exc:  # INVALID_VALUE and the like: this configuration, not the problem
+            except (UnsupportedError, CublasLtError) as exc:  # this configuration, not the problem
                 _log.debug("algorithm %d %s refused: %s", algo_id, dict(zip(_SWEPT, values)), exc)
                 continue
             if workspace > workspace_limit:
