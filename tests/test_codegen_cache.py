@@ -1,4 +1,7 @@
-"""The artefact cache (atomic publish, corrupt entries rebuilt) and the in-process memo."""
+"""The artefact cache (atomic publish, corrupt entries rebuilt) and the in-process memo.
+
+What makes the cache safe to trust (owners, modes, HMAC, private loads) is in test_cache_safety.py.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ust.codegen.cache import ArtifactCache, Memo, cache_dir, content_key
+from ust.codegen.cache import Artifact, ArtifactCache, Memo, cache_dir, content_key
 from ust.codegen.compile_c import toolchain
 
 
@@ -37,21 +40,25 @@ def test_store_lookup_and_corruption_is_rebuilt(tmp_path: Path) -> None:
         calls.append(1)
         return b"artefact bytes"
 
-    path, built = cache.get_or_build(key, ".so", build)
-    assert built and path.read_bytes() == b"artefact bytes"
-    assert cache.get_or_build(key, ".so", build) == (path, False)
+    art = cache.get_or_build(key, ".so", build)
+    assert art.built and art.data == b"artefact bytes" and art.path == cache.path(key, ".so")
+    assert cache.get_or_build(key, ".so", build) == Artifact(b"artefact bytes", art.path, False)
+    assert cache.lookup(key, ".so") == b"artefact bytes"
     assert len(calls) == 1
-    path.write_bytes(b"artefact byt")  # truncated by a crash or a full disk
+    path = cache.path(key, ".so")
+    path.write_bytes(path.read_bytes()[:-2])  # truncated by a crash or a full disk
     assert cache.lookup(key, ".so") is None and not path.exists()
-    path2, built2 = cache.get_or_build(key, ".so", build)
-    assert built2 and path2.read_bytes() == b"artefact bytes" and len(calls) == 2
+    art2 = cache.get_or_build(key, ".so", build)
+    assert art2.built and art2.data == b"artefact bytes" and len(calls) == 2
+    assert cache.lookup(key, ".so") == b"artefact bytes"
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]  # no temporaries left behind
 
 
-def test_missing_checksum_counts_as_corrupt(tmp_path: Path) -> None:
+def test_an_entry_without_its_authentication_counts_as_corrupt(tmp_path: Path) -> None:
     cache = ArtifactCache("cuda", root=tmp_path)
     path = cache.store("k", ".cubin", b"123")
-    path.with_name(path.name + ".sha256").unlink()
+    assert path is not None
+    path.write_bytes(b"123")  # the bare artefact, as an older ust (or an attacker) writes it
     assert cache.lookup("k", ".cubin") is None
 
 
@@ -81,14 +88,13 @@ def test_memo_builds_once_even_under_threads() -> None:
 def test_compiled_library_is_cached_on_disk_and_a_corrupt_one_rebuilt(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import ctypes
-
     from ust.codegen import compile_c
 
     monkeypatch.setenv("UST_CACHE_DIR", str(tmp_path))
     src = "int ust_answer(void) { return 42; }\n"
-    path, built = compile_c.compile_shared(src, name="answer")
-    assert built and path.parent == tmp_path / "c"
+    art = compile_c.compile_shared(src, name="answer")
+    assert art.built and art.path is not None and art.path.parent == tmp_path / "c"
+    path = art.path
     runs: list[int] = []
     real = compile_c.subprocess.run
 
@@ -97,12 +103,14 @@ def test_compiled_library_is_cached_on_disk_and_a_corrupt_one_rebuilt(
         return real(*a, **k)
 
     monkeypatch.setattr(compile_c.subprocess, "run", counting)
-    assert compile_c.compile_shared(src, name="answer") == (path, False)
+    again = compile_c.compile_shared(src, name="answer")
+    assert (again.path, again.built, again.data) == (path, False, art.data)
     assert runs == []  # a cache hit runs no compiler
     path.write_bytes(path.read_bytes()[:100])
-    path2, built2 = compile_c.compile_shared(src, name="answer")
-    assert built2 and runs == [1]
-    assert ctypes.CDLL(str(path2)).ust_answer() == 42
+    art2 = compile_c.compile_shared(src, name="answer")
+    assert art2.built and runs == [1]
+    assert compile_c.load_library(src, name="answer").ust_answer() == 42
+    assert runs == [1]
 
 
 @pytest.mark.skipif(toolchain() is None, reason="no C compiler")

@@ -56,7 +56,9 @@ def test_dia_is_row_parallel_with_a_bounds_check_and_storage_dia_uses_the_column
     assert "if 0 <= i1 && i1 < D1:" in text
     storage = ir.to_text(lower(F.DIA, "mv", order="storage"))
     assert "for c1 in [max(0, c0), min(D1, c0 + D0)):" in storage  # offset o: max(0, o) .. min(n, m + o)
-    assert "if " not in storage.split("main:")[1]  # no per-entry check left
+    main = storage.split("main:")[1]
+    assert "if 0 <=" not in main  # no per-entry bounds check left
+    assert "if val[p1] != 0.0:" in main  # only the padding guard: empty slots never meet x
     assert "+=!" in storage  # diagonals overlap in rows: atomic
 
 

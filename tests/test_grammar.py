@@ -315,8 +315,9 @@ def test_attribute_needs_exactly_one_map(text: str, found: str) -> None:
 
 
 def test_non_string_input() -> None:
-    with pytest.raises(ust.UstSyntaxError):
+    with pytest.raises(ust.InvalidTypeError, match="must be a str, not bytes") as exc:
         parse_spec(b"(i) -> (i : dense)")  # type: ignore[arg-type]
+    assert isinstance(exc.value, TypeError)
 
 
 # ----------------------------------------------------------------- the fast lexer changes nothing

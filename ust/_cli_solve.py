@@ -77,7 +77,8 @@ def solve_command(args: argparse.Namespace) -> int:
     if args.rhs:
         b = _read_rhs(args.rhs, n)
     else:
-        exact = np.ones(n, dtype=np.result_type(a.dtype, np.float64))
+        # a.shape[1]: a non-square A gets ust's ShapeError below, not NumPy's error here
+        exact = np.ones(a.shape[1], dtype=np.result_type(a.dtype, np.float64))
         b = a @ exact
     operand: Any = a
     if args.format:
@@ -101,7 +102,8 @@ def solve_command(args: argparse.Namespace) -> int:
         with progress("factorization"):
             f = s.factorize()
         fill = f"fill {f.fill:.2f}x" if f.fill else "fill n/a"
-        _row(f"factorization ({fill})", f.seconds)
+        small = f", {f.small_pivots} small pivot(s)" if f.small_pivots else ""
+        _row(f"factorization ({fill}{small})", f.seconds)
         times = []
         for _ in range(max(1, args.repeat)):
             x = s.solve()
@@ -115,7 +117,8 @@ def solve_command(args: argparse.Namespace) -> int:
         be = backward_error(a, x2, b2)
     print(f"relative residual ||b - Ax|| / ||b|| = {res:.3e}; backward error = {be:.3e}")
     if exact is not None:
-        print(f"max |x - x_exact| = {float(np.abs(x.reshape(-1) - exact).max()):.3e}")
+        err = float(np.abs(x.reshape(-1) - exact).max()) if n else 0.0  # a 0 x 0 system: x is empty
+        print(f"max |x - x_exact| = {err:.3e}")
     return 0
 
 

@@ -41,7 +41,7 @@ CONVERT_HELP = "convert a Matrix Market or Binsparse file into another format an
 CONVERT_EXAMPLE = 'ust convert matrix.mtx --format "BSR[2,2]" -o matrix.npz'
 
 #: File suffixes ``ust show`` reads as files (anything else is a format).
-_FILE_SUFFIXES = (".mtx", ".mm", ".npz", ".h5", ".hdf5", ".gz", ".bz2")
+_FILE_SUFFIXES = (".mtx", ".mm", ".npz", ".h5", ".hdf5", ".gz", ".bz2", ".xz")
 
 
 # ----------------------------------------------------------------------------- helpers

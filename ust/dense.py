@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import os
 import re
@@ -29,7 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
+from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError, UstError
 from ust.runtime.log import get_logger
 from ust.runtime.spaces import (
     ExecutionSpace,
@@ -39,7 +38,13 @@ from ust.runtime.spaces import (
     resolve_space,
     to_package,
 )
-from ust.runtime.stateful import PlanFileError, StatefulOperation, decode_array, encode_array
+from ust.runtime.stateful import (
+    PlanFileError,
+    StatefulOperation,
+    check_plan_fields,
+    decode_array,
+    encode_array,
+)
 
 __all__ = [
     "EPILOGS",
@@ -683,35 +688,108 @@ class Matmul(StatefulOperation):
     def load_plan(self, path: str | os.PathLike[str], epilog_inputs: Mapping[str, Any] | None = None) -> bool:
         """Plan from a file written by :meth:`save_plan`, skipping the algorithm search.
 
-        Returns True when the saved algorithm was used; False when the file was made elsewhere (other
-        device or library version: a WARNING is logged) and the object planned afresh with the saved
-        epilog.  A plan made for other operands raises :class:`~ust.runtime.stateful.PlanFileError`.
+        Returns True when the saved algorithm was used.  Returns False, after a WARNING that says
+        why, when the object planned afresh with the saved epilog instead: the file was made
+        elsewhere (other device or library version), its contents are damaged (fields of the
+        wrong type, missing or extra keys, an unknown route, an algorithm array that does not
+        decode), it was made for other operands or bias, or cuBLASLt refuses the saved algorithm
+        for these operands.  A file that is no saved dense.matmul plan, or whose epilog cannot be
+        read (there is nothing to plan afresh with), raises
+        :class:`~ust.runtime.stateful.PlanFileError`.  See :mod:`ust.runtime.stateful`.
         """
         self._require("load a plan")
-        saved = self.read_plan(path, device=self._plan_device(), versions=self._plan_versions())
+        where = os.fspath(path)
+        epilog = _saved_epilog(self.read_plan_document(path), where)
+        bias = None if not epilog_inputs else epilog_inputs.get("bias")
+        bias_shape = None if bias is None or not hasattr(bias, "shape") else [int(n) for n in bias.shape]
+        saved = self._checked_plan(path, lambda plan, w: self._saved_matmul(plan, w, bias_shape))
         if saved is None:
-            with open(path, encoding="utf-8") as f:
-                epilog = json.load(f)["plan"]["epilog"]
             self.plan(epilog, epilog_inputs)
             return False
-        now = self._key(saved["epilog"])
-        if saved["key"] != now:
-            raise PlanFileError(
-                f"{os.fspath(path)} was made for {saved['key']}, not for these operands ({now})"
+        try:
+            self.plan(epilog, epilog_inputs, _algorithm=saved["algorithm"])
+        except UstError as exc:
+            if saved["algorithm"] is None:
+                raise  # nothing of the file was used: the operands themselves are the problem
+            _log.warning(
+                "the saved plan %s: cuBLASLt refuses its algorithm here (%s); planning afresh", where, exc
             )
-        bias = None if not epilog_inputs else epilog_inputs.get("bias")
-        if (None if bias is None else list(bias.shape)) != saved["bias"]:
-            raise PlanFileError(f"{os.fspath(path)} was made for a bias of shape {saved['bias']}")
-        algorithm = decode_array(saved["algorithm"]) if "algorithm" in saved else None
-        self.plan(saved["epilog"], epilog_inputs, _algorithm=algorithm)
+            self.plan(epilog, epilog_inputs)
+            return False
         if self._runner.route == "cublasLt" and self._runner.problem.to_dict() != saved["problem"]:
-            self._runner.free()
-            self._done.discard("plan")
-            raise PlanFileError(
-                f"{os.fspath(path)} describes another cuBLASLt problem than these operands' layouts"
+            _log.warning(
+                "the saved plan %s describes another cuBLASLt problem than these operands' layouts; "
+                "planning afresh",
+                where,
             )
-        _log.info("loaded the %s plan (route %s) from %s", self.kind, self.route, os.fspath(path))
+            self.plan(epilog, epilog_inputs)
+            return False
+        _log.info("loaded the %s plan (route %s) from %s", self.kind, self.route, where)
         return True
+
+    def _saved_matmul(self, plan: dict[str, Any], where: str, bias_shape: list[int] | None) -> dict[str, Any]:
+        """The saved algorithm and cuBLASLt problem, every field checked; PlanFileError if unusable."""
+        common: dict[str, Any] = {"route": str, "epilog": str, "bias": (type(None), list), "key": dict}
+        route = plan.get("route")
+        extra = _MATMUL_PLAN_FIELDS.get(route) if isinstance(route, str) else None
+        if extra is None:
+            raise PlanFileError(
+                f"{where} is damaged: route {_cut(repr(route))} is not one of {', '.join(_MATMUL_PLAN_FIELDS)}"
+            )
+        plan = check_plan_fields(plan, {**common, **extra}, where=where)
+        now = self._key(plan["epilog"])
+        if plan["key"] != now:
+            raise PlanFileError(
+                f"{where} was made for {_cut(repr(plan['key']), 200)}, not for these operands ({now})"
+            )
+        if plan["bias"] != bias_shape:
+            raise PlanFileError(
+                f"{where} was made for a bias of shape {_cut(repr(plan['bias']))}, not {bias_shape}"
+            )
+        if route in ("blas.gemm", "numpy.matmul") and plan["order"] not in ("C", "F"):
+            raise PlanFileError(
+                f"{where} is damaged: 'order' must be 'C' or 'F', not {_cut(repr(plan['order']))}"
+            )
+        algorithm = None
+        if route == "cublasLt":
+            algorithm = decode_array(plan["algorithm"], where=where)
+            if algorithm.dtype != np.uint64 or algorithm.shape != (8,):
+                raise PlanFileError(
+                    f"{where} is damaged: the cuBLASLt algorithm must be 8 uint64, not {algorithm.dtype} "
+                    f"{algorithm.shape}"
+                )
+        return {"algorithm": algorithm, "problem": plan.get("problem")}
+
+
+#: Route-specific keys of a saved dense.matmul plan (beside route, epilog, bias, key).
+_MATMUL_PLAN_FIELDS: dict[str, dict[str, Any]] = {
+    "cublasLt": {"problem": dict, "workspace_size": int, "algorithm": dict},
+    "blas.gemm": {"order": str},
+    "numpy.matmul": {"order": str},
+    "empty": {},
+}
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
+def _saved_epilog(doc: dict[str, Any], where: str) -> str:
+    """The epilog a saved dense.matmul plan names: what planning afresh needs (PlanFileError if unreadable)."""
+    plan = doc.get("plan")
+    epilog = plan.get("epilog") if isinstance(plan, dict) else None
+    name = None
+    if isinstance(epilog, str) and len(epilog) <= 40:
+        try:
+            name = _epilog_name(epilog)
+        except UnsupportedError:
+            name = None
+    if name is None or name != epilog:
+        raise PlanFileError(
+            f"{where} is damaged: its epilog {_cut(repr(epilog))} is not one of {', '.join(EPILOGS)}, "
+            "so there is nothing to plan with"
+        )
+    return name
 
 
 class _EmptyMatmul:
@@ -1143,13 +1221,24 @@ class FFT(StatefulOperation):
     def load_plan(self, path: str | os.PathLike[str], epilog: Any = None, epilog_args: Any = ()) -> bool:
         """Check a saved FFT plan against these operands and plan (epilogues are code: pass them again).
 
-        Returns False (and plans afresh) when the file was made on another device or library version.
+        Returns True when the saved plan fits; False, after a WARNING that says why, when the object
+        planned afresh: the file was made elsewhere (device, library version), its contents are
+        damaged (fields of the wrong type, missing or extra keys), or it was made for another
+        input.  A file that is no saved dense.fft plan raises
+        :class:`~ust.runtime.stateful.PlanFileError`.  See :mod:`ust.runtime.stateful`.
         """
         self._require("load a plan")
-        saved = self.read_plan(path, device=self._plan_device(), versions=self._plan_versions())
-        if saved is not None and saved["key"] != self._key():
-            raise PlanFileError(
-                f"{os.fspath(path)} was made for {saved['key']}, not for this input ({self._key()})"
-            )
+        saved = self._checked_plan(path, self._saved_fft)
         self.plan(epilog, epilog_args)
         return saved is not None
+
+    def _saved_fft(self, plan: dict[str, Any], where: str) -> dict[str, Any]:
+        """The saved FFT plan, every field checked against these operands; PlanFileError if unusable."""
+        fields: dict[str, Any] = {"route": str, "key": dict}
+        fields.update({"direct": bool} if self._place.space.is_cuda else {"workers": (int, type(None))})
+        plan = check_plan_fields(plan, fields, where=where)
+        if plan["key"] != self._key():
+            raise PlanFileError(
+                f"{where} was made for {_cut(repr(plan['key']), 200)}, not for this input ({self._key()})"
+            )
+        return plan

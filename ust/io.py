@@ -19,10 +19,15 @@ and custom formats made of dense and sparse levels.
 
 from __future__ import annotations
 
-import importlib
+import io as _io
 import json
 import logging
+import lzma
+import math
 import re
+import struct
+import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +36,14 @@ import numpy as np
 
 from ust.formats.library import resolve
 from ust.formats.model import Dim, Format, LevelFormat
-from ust.runtime.errors import FormatError, ShapeError, UnsupportedError
+from ust.runtime.errors import (
+    FileFormatError,
+    FormatError,
+    InvalidValueError,
+    ShapeError,
+    UnsupportedError,
+    UstError,
+)
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -45,18 +57,12 @@ log.addHandler(logging.NullHandler())
 BINSPARSE_VERSION = "0.1"
 
 _MM_SUFFIXES = (".mtx", ".mm")
+_INDEX_MAX = 2**63 - 1
+_ISO_DENSE_MAX = 2**28  # values an iso[...] entry of a dense-only format may expand to
 _NPZ_SUFFIXES = (".npz",)
 _HDF5_SUFFIXES = (".h5", ".hdf5")
 
 # ----------------------------------------------------------------------------- Matrix Market
-
-
-def _mm_module() -> Any:
-    """fast_matrix_market where installed (multithreaded), else scipy.io (same mmread/mmwrite)."""
-    try:
-        return importlib.import_module("fast_matrix_market")
-    except ImportError:
-        return importlib.import_module("scipy.io")
 
 
 def _require_file(path: str | Path) -> Path:
@@ -64,6 +70,47 @@ def _require_file(path: str | Path) -> Path:
     if not p.is_file():
         raise FileNotFoundError(2, "no such file", str(p))
     return p
+
+
+def _coo_tensor(
+    shape: tuple[int, int],
+    rows: np.ndarray,
+    cols: np.ndarray,
+    values: np.ndarray,
+    *,
+    index_dtype: Any = None,
+) -> Tensor:
+    """A COO Tensor of coordinates in any order: sorted row-major, duplicates summed, explicit
+    zeros kept.  Memory is O(entries), never O(shape)."""
+    from ust.tensor import Tensor
+
+    n = rows.shape[0]
+    if shape[0] * shape[1] < 2**63:  # one int64 key per entry: sorting it beats a lexsort
+        key = rows * np.int64(shape[1]) + cols
+        if n > 1 and not bool(np.all(key[1:] >= key[:-1])):
+            order = np.argsort(key, kind="stable")
+            rows, cols, values = rows[order], cols[order], values[order]
+    else:
+        order = np.lexsort((cols, rows))
+        rows, cols, values = rows[order], cols[order], values[order]
+    if n:
+        new = np.ones(n, dtype=bool)
+        new[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+        starts = np.flatnonzero(new)
+        if starts.shape[0] != n:
+            values = np.add.reduceat(values, starts)
+            rows, cols = rows[starts], cols[starts]
+            n = starts.shape[0]
+    itype = np.dtype(np.int32 if max(*shape, n) < 2**31 else np.int64)
+    pos0 = np.array([0, n], dtype=itype)
+    return Tensor(
+        shape,
+        "COO",
+        values,
+        pos=[pos0, None],
+        crd=[rows.astype(itype), cols.astype(itype)],
+        index_dtype=index_dtype,
+    )
 
 
 def from_scipy(a: Any, format: Format | str | None = None, *, index_dtype: Any = None) -> Tensor:  # noqa: A002
@@ -83,20 +130,27 @@ def from_scipy(a: Any, format: Format | str | None = None, *, index_dtype: Any =
             raise ShapeError(f"expected a matrix, got an array of shape {dense.shape}")
         t = Tensor(dense.shape, "DenseRowMajor", dense.reshape(-1), index_dtype=index_dtype)
         return t if fmt is None or fmt == t.format else t.convert(fmt, index_dtype=index_dtype)
-    was_coo = a.format == "coo"
+    if a.format == "coo":  # canonicalised without a CSR (whose row pointers are O(rows))
+        r, c = (np.asarray(x, dtype=np.int64) for x in a.coords)
+        t = _coo_tensor(a.shape, r, c, np.array(a.data, copy=True), index_dtype=index_dtype)
+        return t if fmt is None or fmt == t.format else t.convert(fmt, index_dtype=index_dtype)
     csr = sp.csr_array(a, copy=True)
     csr.sum_duplicates()  # sorts indices, sums duplicates, keeps explicit zeros
-    if fmt is None and was_coo:
-        n = csr.indices.shape[0]
-        rows = np.repeat(np.arange(csr.shape[0], dtype=csr.indptr.dtype), np.diff(csr.indptr))
-        pos0 = np.array([0, n], dtype=csr.indptr.dtype)
-        return Tensor(
-            csr.shape, "COO", csr.data, pos=[pos0, None], crd=[rows, csr.indices], index_dtype=index_dtype
-        )
     t = Tensor(
         csr.shape, "CSR", csr.data, pos=[None, csr.indptr], crd=[None, csr.indices], index_dtype=index_dtype
     )
     return t if fmt is None or fmt == t.format else t.convert(fmt, index_dtype=index_dtype)
+
+
+def _check_index_dtype(index_dtype: Any) -> None:
+    if index_dtype is None:
+        return
+    try:
+        itype = np.dtype(index_dtype)
+    except TypeError:
+        itype = None
+    if itype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise UnsupportedError(f"index_dtype must be int32 or int64, not {index_dtype!r}")
 
 
 def mmread(
@@ -106,32 +160,82 @@ def mmread(
     dtype: Any = None,
     index_dtype: Any = None,
 ) -> Tensor:
-    """Read a Matrix Market file into a Tensor.
+    """Read a Matrix Market file (plain, ``.gz``, ``.bz2`` or ``.xz``) into a Tensor.
 
     Symmetric, skew-symmetric and Hermitian files are expanded to both triangles; pattern
     files get values 1.0; duplicates are summed and explicit zeros kept.  ``format=None``
     stores a coordinate file as COO (sorted row-major) and an array file as DenseRowMajor;
-    otherwise the tensor is converted to ``format``.  fast_matrix_market is used when it is
-    installed, scipy.io otherwise.
+    otherwise the tensor is converted to ``format``.
+
+    The reader is ust's own NumPy program: a file that breaks the format (a bad banner or
+    size line, a wrong number of fields or entries, an index out of range, a token that is
+    not a number, NUL bytes, a corrupt archive) raises
+    :class:`~ust.runtime.errors.FileFormatError` naming the file and the line, and the
+    header's sizes are only trusted once the file holds that many entries.  A missing file
+    raises ``FileNotFoundError``.
     """
-    p = _require_file(path)
-    reader = _mm_module().mmread
-    if p.suffix.lower() in (".gz", ".bz2"):
-        reader = importlib.import_module("scipy.io").mmread
-    try:
-        obj = reader(str(p))
-    except (ValueError, IndexError, TypeError, OverflowError) as exc:
-        raise FormatError(f"{p}: not a valid Matrix Market file: {exc}", rule="matrix-market") from exc
+    from ust import _mmio
+
+    fmt = None if format is None else resolve(format)  # bad arguments: fail before reading
+    dt = None
     if dtype is not None:
         from ust.convert.validate import check_value_dtype
 
-        dt = check_value_dtype(dtype)
-        obj = obj.astype(dt)
-    t = from_scipy(obj, format, index_dtype=index_dtype)
+        try:
+            dt = check_value_dtype(dtype)
+        except TypeError:
+            raise UnsupportedError(f"dtype {dtype!r} is not a NumPy dtype") from None
+    _check_index_dtype(index_dtype)
+    p = _require_file(path)
+    mm = _mmio.read_mm(p)
+    values = mm.values if dt is None else mm.values.astype(dt)
+    if mm.layout == "coordinate":
+        assert mm.rows is not None and mm.cols is not None
+        t = _coo_tensor(mm.shape, mm.rows, mm.cols, values, index_dtype=index_dtype)
+    else:
+        from ust.tensor import Tensor
+
+        t = Tensor(mm.shape, "DenseRowMajor", values.reshape(-1), index_dtype=index_dtype)
+    if fmt is not None and fmt != t.format:
+        t = t.convert(fmt, index_dtype=index_dtype)
     log.info(
         "read %s: shape %s, %d stored entries -> %s", p, t.shape, t.nse, t.format.standard_name or "custom"
     )
     return t
+
+
+def _mm_values(values: np.ndarray, field: str) -> np.ndarray:
+    """The values as the field holds them (InvalidValueError where they do not fit)."""
+    kind = values.dtype.kind
+    if field == "complex":
+        return values if kind == "c" else values.astype(np.complex128)
+    if kind == "c":
+        if np.any(values.imag != 0):
+            raise InvalidValueError(
+                f"complex values with nonzero imaginary parts cannot be written as {field}"
+            )
+        values = values.real
+    if field == "real":
+        return values if values.dtype.kind == "f" else values.astype(np.float64)
+    if field in ("integer", "unsigned-integer"):
+        if values.dtype.kind == "f" and (
+            not np.all(np.isfinite(values)) or np.any(values != np.round(values))
+        ):
+            raise InvalidValueError(f"values that are not whole numbers cannot be written as {field}")
+        if field == "unsigned-integer":
+            if np.any(values < 0):
+                raise InvalidValueError("negative values cannot be written as unsigned-integer")
+            return values.astype(np.uint64)
+        return values if values.dtype.kind == "i" else values.astype(np.int64)
+    return values
+
+
+def _mirror_of(values: np.ndarray, symmetry: str) -> np.ndarray:
+    if symmetry == "skew-symmetric":
+        return np.negative(values)
+    if symmetry == "hermitian":
+        return np.conj(values)
+    return values
 
 
 def mmwrite(
@@ -143,23 +247,84 @@ def mmwrite(
     precision: int | None = None,
     symmetry: str | None = None,
 ) -> None:
-    """Write a matrix in any format to a Matrix Market file (through ``to_scipy()``).
+    """Write a matrix in any format to a Matrix Market file (``.gz`` / ``.bz2`` / ``.xz``
+    are compressed).
 
     Dense formats are written as ``array`` files, every other format as ``coordinate``.
-    ``field``, ``precision`` and ``symmetry`` are passed to the writer (``symmetry=None``
-    writes ``general``).
+    ``field`` (default: from the dtype: real, integer, unsigned-integer or complex; or
+    ``pattern``), ``symmetry`` (default ``general``; ``symmetric``, ``skew-symmetric`` or
+    ``hermitian`` write one triangle and need a matrix that has that symmetry).  Numbers are
+    written in the shortest text that reads back to the same bits (``-0.0``, ``inf`` and
+    ``nan`` included) unless ``precision`` asks for that many significant digits.
     """
+    from ust import _mmio
+
     if tensor.ndim != 2:
         raise ShapeError(f"Matrix Market files hold matrices; this tensor has shape {tensor.shape}")
+    _mmio.check_write_options(field, symmetry, precision, comment)
+    sym = symmetry or "general"
+    m, n = tensor.shape
+    if sym != "general" and m != n:
+        raise ShapeError(f"a {sym} matrix must be square; this one is {m} x {n}")
     t = tensor if tensor.device == "cpu" else tensor.to("cpu")
-    if t.format.is_dense:
-        obj = t.todense()
+    dense_file = t.format.is_dense
+    if dense_file and field == "pattern":
+        raise InvalidValueError("an array (dense) file cannot have field pattern; convert to a sparse format")
+    vkind = np.dtype(t.dtype).kind
+    # unsigned values are written as "integer" (what every reader knows) unless they do not fit
+    fld = (
+        _mmio.FIELDS[field] if field else {"c": "complex", "i": "integer", "u": "integer"}.get(vkind, "real")
+    )
+    if not field and np.dtype(t.dtype) == np.uint64 and t.nse and int(np.asarray(t.values).max()) > 2**63 - 1:
+        fld = "unsigned-integer"
+    if sym == "hermitian" and fld != "complex":
+        sym_check = "symmetric"  # a real Hermitian matrix is a symmetric one
+    else:
+        sym_check = sym
+    if fld == "pattern" and sym == "skew-symmetric":
+        raise InvalidValueError("a skew-symmetric matrix cannot have field pattern")
+    if dense_file:
+        a = np.asarray(t.todense())
+        if sym != "general":
+            mirrored = _mirror_of(a.T, sym_check)
+            if not np.array_equal(a, mirrored, equal_nan=vkind in "fc"):
+                raise InvalidValueError(f"the matrix is not {sym}; write it with symmetry='general'")
+            r, c = np.triu_indices(n, k=1 if sym == "skew-symmetric" else 0)
+            vals = a[c, r]  # the lower triangle, column by column
+        else:
+            vals = a.T.reshape(-1)  # column-major
+        vals = _mm_values(vals, fld)
+        columns: list[np.ndarray] = [vals.real, vals.imag] if fld == "complex" else [vals]
     else:
         import scipy.sparse as sp
 
-        obj = sp.coo_array(t.to_scipy())
-    writer = _mm_module().mmwrite
-    writer(str(path), obj, comment=comment, field=field, precision=precision, symmetry=symmetry or "general")
+        coo = sp.coo_array(t.to_scipy())
+        coo.sum_duplicates()
+        rows, cols = (np.asarray(x, dtype=np.int64) for x in coo.coords)
+        vals = np.asarray(coo.data)
+        if sym != "general":
+            o1 = np.lexsort((cols, rows))
+            o2 = np.lexsort((rows, cols))
+            same = (
+                np.array_equal(rows[o1], cols[o2])
+                and np.array_equal(cols[o1], rows[o2])
+                and (
+                    fld == "pattern"
+                    or np.array_equal(vals[o1], _mirror_of(vals[o2], sym_check), equal_nan=vkind in "fc")
+                )
+            )
+            if not same:
+                raise InvalidValueError(f"the matrix is not {sym}; write it with symmetry='general'")
+            keep = rows > cols if sym == "skew-symmetric" else rows >= cols
+            rows, cols, vals = rows[keep], cols[keep], vals[keep]
+        columns = [rows + 1, cols + 1]
+        if fld != "pattern":
+            vals = _mm_values(vals, fld)
+            columns += [vals.real, vals.imag] if fld == "complex" else [vals]
+    _mmio.write_mm(
+        Path(path), (m, n), "array" if dense_file else "coordinate", fld, sym, columns, comment, precision
+    )
+    log.info("wrote %s: %s x %s %s %s %s", path, m, n, "array" if dense_file else "coordinate", fld, sym)
 
 
 # ----------------------------------------------------------------------------- Binsparse types
@@ -200,7 +365,7 @@ def _decode(type_str: Any, raw: np.ndarray, name: str, count: int | None) -> np.
             raise ShapeError(f"{name!r} is declared {type_str} but holds {one.size} values, not 1")
         if count is None:
             raise FormatError(f"{name!r}: iso[...] is only allowed for values", rule="binsparse")
-        return np.full(count, one.reshape(-1)[0], dtype=one.dtype)
+        return np.broadcast_to(one.reshape(-1)[:1], (count,))  # load() materialises it once checked
     if m:  # complex[...]
         part = _decode(m.group(2), raw, name, None)
         if part.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -310,7 +475,11 @@ def _format_from_custom(custom: Any, ndim: int) -> Format:
     if not isinstance(custom, Mapping) or not isinstance(custom.get("level"), Mapping):
         raise FormatError("custom format: 'custom' must be an object with a 'level' tree", rule="binsparse")
     transpose = custom.get("transpose", list(range(ndim)))
-    if sorted(transpose) != list(range(ndim)):
+    if (
+        not isinstance(transpose, list)
+        or not all(isinstance(d, int) and not isinstance(d, bool) for d in transpose)
+        or sorted(transpose) != list(range(ndim))
+    ):
         raise FormatError(
             f"custom format: transpose {transpose} is not a permutation of {ndim} dims", rule="binsparse"
         )
@@ -415,44 +584,128 @@ def _write_container(
         f.attrs["binsparse"] = text
 
 
+def _bad_file(path: Path, message: str) -> FileFormatError:
+    return FileFormatError(f"{path}: {message}", path=str(path), rule="binsparse")
+
+
+#: What a corrupt zip / npy / HDF5 file makes the standard library and h5py raise.
+_CORRUPT = (
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    RuntimeError,
+    NotImplementedError,
+    OverflowError,
+    struct.error,
+    zlib.error,
+    zipfile.BadZipFile,
+    lzma.LZMAError,
+)
+
+
+def _npy_member(path: Path, name: str, data: bytes) -> np.ndarray:
+    """One ``.npy`` member, its header checked against the bytes there really are (a header
+    that declares more is refused before anything is allocated); no pickles."""
+    fmt = np.lib.format
+    bio = _io.BytesIO(data)
+    version = fmt.read_magic(bio)
+    if version == (1, 0):
+        shape, fortran, dtype = fmt.read_array_header_1_0(bio)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = fmt.read_array_header_2_0(bio)
+    else:
+        raise _bad_file(path, f"array {name!r} has unknown .npy version {version}")
+    if dtype.hasobject:
+        raise _bad_file(path, f"array {name!r} holds Python objects (pickles are never loaded)")
+    count = math.prod(shape)
+    have = len(data) - bio.tell()
+    if count * dtype.itemsize != have:
+        raise _bad_file(
+            path,
+            f"array {name!r} declares shape {tuple(shape)} of {dtype} ({count * dtype.itemsize} bytes) "
+            f"but the file holds {have} bytes for it",
+        )
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=bio.tell()).copy()
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            with z.open(info) as member:  # reads at most what is there; checks the CRC
+                arrays[name] = _npy_member(path, name, member.read())
+    return arrays
+
+
+def _read_hdf5(path: Path, h5py: Any) -> tuple[str, dict[str, np.ndarray]]:
+    arrays: dict[str, np.ndarray] = {}
+    size = path.stat().st_size
+    with h5py.File(path, "r") as f:
+        if "binsparse" not in f.attrs:
+            raise _bad_file(path, "no 'binsparse' attribute: not a Binsparse file")
+        attr = f.attrs["binsparse"]
+        text = attr.decode() if isinstance(attr, bytes) else str(attr)  # str or bytes by h5py version
+        for name, ds in f.items():
+            if not isinstance(ds, h5py.Dataset):
+                continue
+            if ds.dtype.hasobject:
+                raise _bad_file(path, f"dataset {name!r} holds variable-length or object data")
+            nbytes = math.prod(ds.shape or ()) * ds.dtype.itemsize
+            # deflate expands at most ~1032x: a dataset declaring more than that is refused
+            if nbytes > 1100 * max(size, int(ds.id.get_storage_size())) + (1 << 20):
+                raise _bad_file(
+                    path,
+                    f"dataset {name!r} declares shape {ds.shape} ({nbytes} bytes), more than the file can hold",
+                )
+            arrays[name] = np.asarray(ds[()])
+    return text, arrays
+
+
 def _read_container(path: Path) -> tuple[Any, Callable[[str], np.ndarray | None]]:
-    """The decoded JSON and a reader of named arrays (None where absent); loads everything once."""
+    """The decoded JSON and a reader of named arrays (None where absent); loads everything once.
+
+    A corrupt or truncated container (zip, npy or HDF5) is one FileFormatError naming the
+    file; a missing file stays FileNotFoundError."""
     kind = _container_kind(path)
     _require_file(path)
-    arrays: dict[str, np.ndarray] = {}
     if kind == "npz":
         try:
-            with np.load(path, allow_pickle=False) as z:
-                for name in z.files:
-                    arrays[name] = z[name]
-        except (ValueError, OSError, EOFError) as exc:
+            arrays = _read_npz(path)
+        except FileFormatError:
+            raise
+        except _CORRUPT as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
-            raise FormatError(f"{path}: not a readable .npz file: {exc}", rule="binsparse") from exc
+            raise _bad_file(path, f"not a readable .npz file (corrupt or truncated): {exc}") from exc
         if "binsparse" not in arrays:
-            raise FormatError(f"{path}: no 'binsparse' entry: not a Binsparse file", rule="binsparse")
+            raise _bad_file(path, "no 'binsparse' entry: not a Binsparse file")
         raw = arrays.pop("binsparse")
-        text = str(raw.item()) if raw.ndim == 0 else str(raw)
+        if raw.dtype.kind not in "US" or raw.size != 1:
+            raise _bad_file(
+                path, f"the 'binsparse' entry must be one string, not {raw.dtype} of shape {raw.shape}"
+            )
+        text = raw.reshape(-1)[0]
     else:
         h5py = _h5py()
         try:
-            f = h5py.File(path, "r")
-        except OSError as exc:
-            raise FormatError(f"{path}: not a readable HDF5 file: {exc}", rule="binsparse") from exc
-        with f:
-            if "binsparse" not in f.attrs:
-                raise FormatError(f"{path}: no 'binsparse' attribute: not a Binsparse file", rule="binsparse")
-            attr = f.attrs["binsparse"]
-            text = attr.decode() if isinstance(attr, bytes) else str(attr)  # str or bytes by h5py version
-            for name, ds in f.items():
-                if isinstance(ds, h5py.Dataset):
-                    arrays[name] = np.asarray(ds[()])
+            text, arrays = _read_hdf5(path, h5py)
+        except FileFormatError:
+            raise
+        except (*_CORRUPT, UnicodeError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise _bad_file(path, f"not a readable HDF5 file (corrupt or truncated): {exc}") from exc
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FormatError(
-            f"{path}: the Binsparse descriptor is not valid JSON: {exc}", rule="binsparse"
-        ) from exc
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        doc = json.loads(str(text))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _bad_file(path, f"the Binsparse descriptor is not valid JSON: {exc}") from exc
     return doc, arrays.get
 
 
@@ -500,6 +753,10 @@ def save(path: str | Path, tensor: Tensor, *, compress: bool = False) -> None:
     log.info("saved %s (%s, %s) to %s", tensor.shape, bs["format"], fmt.standard_name or "custom", p)
 
 
+def _is_size(s: Any) -> bool:
+    return isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _INDEX_MAX
+
+
 def _check_version(v: Any, path: Path) -> None:
     m = (
         re.fullmatch(r"(\d+)\.(\d+)(\.\d+)?", v) if isinstance(v, str) else None
@@ -545,10 +802,27 @@ def load(
     read in the Format their descriptor names.  ``format`` converts after reading;
     ``check`` validates the buffers (see :class:`~ust.tensor.Tensor`).
     """
-    from ust.tensor import Tensor
-
     p = Path(path)
     doc, get = _read_container(p)
+    try:
+        return _load_descriptor(p, doc, get, format, index_dtype, check)
+    except UstError:
+        raise
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
+        # a descriptor shaped in a way no check above foresaw: still one error naming the file
+        raise _bad_file(p, f"malformed Binsparse descriptor or arrays: {type(exc).__name__}: {exc}") from exc
+
+
+def _load_descriptor(
+    p: Path,
+    doc: Any,
+    get: Callable[[str], np.ndarray | None],
+    format: Format | str | None,  # noqa: A002
+    index_dtype: Any,
+    check: bool | str,
+) -> Tensor:
+    from ust.tensor import Tensor
+
     if not isinstance(doc, Mapping):
         raise FormatError(f"{p}: the Binsparse descriptor must be a JSON object", rule="binsparse")
     bs = doc.get("binsparse", doc)  # the spec nests under "binsparse"; some writers do not
@@ -563,15 +837,19 @@ def load(
         )
     _check_version(bs["version"], p)
     shape = bs["shape"]
-    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise ShapeError(f"{p}: shape must be a list of non-negative integers, got {shape!r}")
+    if not isinstance(shape, list) or not all(_is_size(s) for s in shape):
+        raise ShapeError(f"{p}: shape must be a list of non-negative integers below 2**63, got {shape!r}")
     nse = bs["number_of_stored_values"]
-    if not isinstance(nse, int) or nse < 0:
-        raise ShapeError(f"{p}: number_of_stored_values must be a non-negative integer, got {nse!r}")
+    if not _is_size(nse):
+        raise ShapeError(
+            f"{p}: number_of_stored_values must be a non-negative integer below 2**63, got {nse!r}"
+        )
     data_types = bs["data_types"]
     if not isinstance(data_types, Mapping):
         raise FormatError(f"{p}: data_types must be an object", rule="binsparse")
     fill = bs.get("fill", False)
+    if not isinstance(fill, bool):
+        raise FormatError(f"{p}: fill must be true or false, got {fill!r}", rule="binsparse")
     if fill:
         fv = get("fill_value")
         if fv is None or "fill_value" not in data_types:
@@ -592,13 +870,19 @@ def load(
         if get(name) is None:
             raise FormatError(f"{p}: array {name!r} is missing (format {bs['format']})", rule="binsparse")
     values = _decode(data_types["values"], get("values"), "values", nse)  # type: ignore[arg-type]
+    iso = values.ndim == 1 and values.size > 1 and values.strides == (0,)  # a view until checked
+    if iso and not names and nse > _ISO_DENSE_MAX:
+        raise ShapeError(
+            f"{p}: one iso value stands for {nse} values of a dense format; ust stores each value and "
+            f"expands at most {_ISO_DENSE_MAX} from a header"
+        )
     if values.size != nse:
         raise ShapeError(f"{p}: 'values' has {values.size} elements but number_of_stored_values is {nse}")
     raw = {key: _decode(data_types[name], get(name), name, None) for key, name in names.items()}  # type: ignore[arg-type]
     extra: Mapping[str, Any] = doc["ust"] if isinstance(doc.get("ust"), Mapping) else {}
     itype = _index_dtype(list(raw.values()), index_dtype, extra.get("index_dtype"))
     base = bs.get("index_base", 0)
-    if base not in (0, 1):
+    if isinstance(base, bool) or base not in (0, 1):
         raise FormatError(f"{p}: index_base must be 0 or 1, got {base!r}", rule="binsparse")
     idx = {key: _as_index(a, itype, names[key], base) for key, a in raw.items()}  # type: ignore[arg-type]
     pos: list[Any] = [idx.get(("pos", k)) for k in range(fmt.nlevels)]
@@ -607,9 +891,12 @@ def load(
         n0 = 0 if crd[0] is None else int(crd[0].shape[-1])
         pos[0] = np.array([0, n0], dtype=itype)
     try:
-        t = Tensor(shape, fmt, values, pos=pos, crd=crd, index_dtype=itype, check=check)
+        # iso values are checked as a broadcast view: a header's count allocates nothing
+        t = Tensor(shape, fmt, values, pos=pos, crd=crd, index_dtype=itype, check=True if iso else check)
     except (FormatError, ShapeError) as exc:
         raise type(exc)(f"{p}: inconsistent arrays for format {bs['format']}: {exc}") from exc
+    if iso:
+        t = Tensor(shape, fmt, np.array(values), pos=pos, crd=crd, index_dtype=itype, check=False)
     structure = bs.get("structure")
     if structure is not None:
         t = _expand_structure(t, structure, p)
@@ -655,7 +942,7 @@ _STRUCTURES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
 
 def _expand_structure(t: Tensor, structure: Any, p: Path) -> Tensor:
     """Both triangles of a matrix stored as one (Binsparse ``structure``), in the same format."""
-    if structure not in _STRUCTURES:
+    if not isinstance(structure, str) or structure not in _STRUCTURES:
         raise UnsupportedError(f"{p}: unknown structure {structure!r}; known: {', '.join(_STRUCTURES)}")
     if t.ndim != 2 or t.shape[0] != t.shape[1]:
         raise ShapeError(f"{p}: structure {structure} needs a square matrix, got shape {t.shape}")

@@ -11,10 +11,16 @@ torch-CUDA operands run on their GPU, and NumPy / SciPy operands run on the CPU,
 in ust (pass ``execution="cuda"`` to move them to cuDSS); the log says which and why.  The solution comes back in the package, memory space and shape of
 ``b``.
 
-Every solution is checked (``options.check``): the normwise backward error
-``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)`` must stay under a
-tolerance scaled to the dtype, because cuDSS's pivot perturbation can turn a singular matrix
-into a wrong answer with a success status.
+Every solution is checked (``options.check``, see :func:`solution_error`): the normwise
+backward error ``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)`` must stay
+under a tolerance scaled to the dtype, and a factorisation with small pivots (perturbed by
+cuDSS, ``CUDSS_DATA_NPIVOTS``; at most ``1e-13 ||A||_inf`` in SuperLU's ``U`` for float64)
+must give a relative residual ``max_j ||b_j - A x_j||_inf / ||b_j||_inf`` under it too, after
+up to :data:`SMALL_PIVOT_REFINEMENT_STEPS` steps of iterative refinement.  Otherwise a
+singular matrix could come back as a huge ``x`` that passes the backward-error test only
+because ``||x||`` is huge.  Both devices apply the same rule, so an input gets the same
+outcome on the CPU and the GPU: a solution within tolerance, ``SingularMatrixError`` or
+``SolverAccuracyError``.
 """
 
 from __future__ import annotations
@@ -48,9 +54,18 @@ from ust.runtime.spaces import (
     resolve_space,
     to_package,
 )
-from ust.runtime.stateful import StatefulOperation, decode_array, encode_array
+from ust.runtime.stateful import PlanFileError, StatefulOperation, decode_array, encode_array
 
-__all__ = ["DirectSolver", "DirectSolverOptions", "FactorizationInfo", "PlanInfo", "backward_error", "solve"]
+__all__ = [
+    "DirectSolver",
+    "DirectSolverOptions",
+    "FactorizationInfo",
+    "PlanInfo",
+    "backward_error",
+    "relative_residual",
+    "solution_error",
+    "solve",
+]
 
 _log = get_logger("linalg")
 
@@ -77,6 +92,9 @@ MEMORY_ESTIMATE_FIELDS = (
     "hybrid_max_device_memory",
 )
 SOLVE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+#: Refinement steps tried, at most, when a factorisation with small pivots leaves a relative
+#: residual above the tolerance (they stop early once the residual stops halving).
+SMALL_PIVOT_REFINEMENT_STEPS = 10
 
 
 def _host_threads() -> int:
@@ -186,7 +204,12 @@ class PlanInfo:
 
 @dataclass(frozen=True)
 class FactorizationInfo:
-    """What a factorisation reported: fill, pivots, inertia where defined, the library's info code."""
+    """What a factorisation reported: fill, pivots, inertia where defined, the library's info code.
+
+    ``small_pivots``: pivots cuDSS perturbed to its pivot epsilon (``CUDSS_DATA_NPIVOTS``), or,
+    for SuperLU, pivots ``|U_ii| <= eps ||A||_inf`` (eps from
+    ``ust.backends.cpu.superlu.SMALL_PIVOT``); None where the library does not say.
+    """
 
     phase: str
     seconds: float
@@ -195,6 +218,7 @@ class FactorizationInfo:
     npivots: int | None = None
     inertia: tuple[int, int] | None = None
     info: int = 0
+    small_pivots: int | None = None
 
 
 # ------------------------------------------------------------------------------------- operands
@@ -212,11 +236,22 @@ def _np_dtype(x: Any) -> np.dtype:
     return np.dtype(dt)
 
 
+def _refuse_bool(dtype: np.dtype, what: str) -> None:
+    """ust refuses bool values everywhere: the UnsupportedError of ``ust.asarray``, word for word."""
+    if dtype.kind == "b":
+        from ust.convert.validate import check_value_dtype
+
+        check_value_dtype(dtype, what)
+        raise UnsupportedError(f"{what} of dtype bool are not supported")  # in case the table allows it
+
+
 def _solve_dtype(a_dtype: np.dtype, b_dtype: np.dtype) -> np.dtype:
-    """The dtype the solve runs in: NumPy's promotion, integers/bools to float64, float16 to float32."""
+    """The dtype the solve runs in: NumPy's promotion, integers to float64, float16 to float32 (bool: refused)."""
+    _refuse_bool(a_dtype, "values")
+    _refuse_bool(b_dtype, "b values")
     common = np.result_type(a_dtype, b_dtype)
-    if common.kind in "biu":
-        _log.info("integer/boolean operands (%s, %s) are solved in float64", a_dtype, b_dtype)
+    if common.kind in "iu":
+        _log.info("integer operands (%s, %s) are solved in float64", a_dtype, b_dtype)
         return np.dtype(np.float64)
     if common == np.float16:
         _log.info("float16 operands are solved in float32")
@@ -427,11 +462,92 @@ def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = 
         if r_max != r_max:
             return float("nan")
         return r_max / den1 if den1 > 0 else (float("inf") if r_max > 0 else 0.0)
+    if not x.size:
+        return 0.0
     r = b - a @ x
     num = abs(r).max(axis=0)
     den = norm_a * abs(x).max(axis=0) + abs(b).max(axis=0)
     ratio = xp.where(den > 0, num / xp.where(den > 0, den, 1), xp.where(num > 0, np.inf, 0.0))
     return float(ratio.max()) if ratio.size else 0.0
+
+
+def relative_residual(a: Any, x: Any, b: Any, xp: Any = np) -> float:
+    """Relative residual ``max_j ||b_j - A x_j||_inf / ||b_j||_inf`` (a zero ``b_j`` counts 0 or inf).
+
+    ``a`` is a SciPy or cupyx sparse matrix, ``x`` and ``b`` 2-D arrays of ``xp``.  NaN in ``x``
+    gives NaN.
+    """
+    if not x.size:
+        return 0.0
+    num = abs(b - a @ x).max(axis=0)
+    den = abs(b).max(axis=0)
+    ratio = xp.where(den > 0, num / xp.where(den > 0, den, 1), xp.where(num > 0, np.inf, 0.0))
+    return float(ratio.max())
+
+
+def solution_error(
+    *,
+    backend: str,
+    dtype: Any,
+    tolerance: float | None,
+    backward_error: float,
+    relative_residual: float,
+    small_pivots: int | None,
+    pivoting: bool = True,
+) -> SingularMatrixError | SolverAccuracyError | None:
+    """The error a solution's check raises, or None when it passes (pure: numbers in, verdict out).
+
+    ``tolerance`` None: no check.  ``small_pivots``: pivots the factorisation perturbed
+    (cuDSS) or found below the small-pivot threshold (SuperLU); ``relative_residual`` is the
+    one after any refinement; ``pivoting`` False when the factorisation was asked not to pivot.
+    The rule, the same on every device:
+
+    1. small pivots, a relative residual above the tolerance and pivoting allowed:
+       ``SingularMatrixError`` -- with partial pivoting a pivot that small means the matrix is
+       singular to working precision, and refinement could not make ``x`` solve the system;
+    2. a backward error above the tolerance (or NaN): ``SolverAccuracyError``;
+    3. small pivots and a relative residual above the tolerance although the backward error
+       is small, without pivoting: ``SolverAccuracyError`` (the factorisation, not the
+       matrix, is to blame: pivoting='auto' may solve it);
+    4. otherwise None.
+    """
+    if tolerance is None:
+        return None
+    dt = np.dtype(dtype)
+    lib = {"cudss": "cuDSS", "superlu": "SuperLU"}.get(backend, backend)
+    small = int(small_pivots or 0)
+    pivots = ""
+    res_bad = not relative_residual <= tolerance
+    res_text = "NaN" if relative_residual != relative_residual else f"{relative_residual:.3e}"
+    if small and backend == "cudss":
+        pivots = f"cuDSS perturbed {small} small pivot(s) to its pivot epsilon (CUDSS_DATA_NPIVOTS)"
+    elif small:
+        from ust.backends.cpu.superlu import SMALL_PIVOT
+
+        eps = SMALL_PIVOT[8 if np.finfo(dt).bits >= 64 else 4]
+        pivots = f"{lib}'s factor has {small} pivot(s) of magnitude at most {eps:.0e} ||A||_inf"
+    if small and res_bad and pivoting:
+        return SingularMatrixError(
+            f"the matrix is singular to working precision: {pivots}, and the refined relative residual "
+            f"||b - Ax||_inf / ||b||_inf is {res_text}, above the tolerance {tolerance:.1e} for {dt}"
+        )
+    if not backward_error <= tolerance:
+        what = "NaN" if backward_error != backward_error else f"{backward_error:.3e}"
+        extra = f"; {pivots}" if small else ""
+        return SolverAccuracyError(
+            f"the {backend} solution has normwise backward error {what}, above the tolerance {tolerance:.1e} for "
+            f"{dt}: the matrix is probably singular or too ill-conditioned for this factorisation "
+            f"(try pivoting='auto', refinement_steps=2, another reordering, or check=False to accept it){extra}",
+            backward_error=backward_error,
+        )
+    if small and res_bad:
+        return SolverAccuracyError(
+            f"the {backend} solution has relative residual {res_text}, above the tolerance {tolerance:.1e} for "
+            f"{dt}, after refinement: {pivots} without pivoting (try pivoting='auto', or check=False to "
+            "accept it)",
+            backward_error=backward_error,
+        )
+    return None
 
 
 def _dense_rhs(b: Any, n: int) -> tuple[str, ExecutionSpace, tuple[int, ...], np.dtype]:
@@ -457,12 +573,13 @@ def _rhs_in_space(b: Any, space: ExecutionSpace, dtype: np.dtype) -> tuple[Any, 
     src = np.asarray(b) if operand_package(b) == "numpy" else b
     moved = to_package(src, pkg, space)
     arr = moved.array
+    shape2 = (arr.shape[0], arr.shape[1] if arr.ndim == 2 else 1)  # not reshape(n, -1): n may be 0
     xp = __import__(pkg)
     if space.is_cuda:
         with xp.cuda.Device(space.device_id):
-            out = xp.array(arr.reshape(arr.shape[0], -1), dtype=dtype, order="F", copy=True)
+            out = xp.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
     else:
-        out = np.array(arr.reshape(arr.shape[0], -1), dtype=dtype, order="F", copy=True)
+        out = np.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
     return out, moved.nbytes, moved.seconds
 
 
@@ -490,7 +607,8 @@ def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> s
         f"reason: {why}",
         f"conversion: A ({fmt}) -> CSR"
         + (" (already CSR)" if fmt in ("CSR", "csr_array", "csr_matrix") else ""),
-        f"check: backward error after every solve ({'on' if opts.check else 'off'})",
+        f"check: backward error, and the relative residual after small pivots, after every solve "
+        f"({'on' if opts.check else 'off'})",
     ]
     if ops != space:
         lines.append(f"transfers: A and b to {space.describe()}, x back to {ops.describe()} memory")
@@ -533,12 +651,121 @@ def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
     return config
 
 
+def _device(space: ExecutionSpace) -> Any:
+    """``with`` the CUDA device of ``space`` current (nothing for the CPU)."""
+    if not space.is_cuda:
+        import contextlib
+
+        return contextlib.nullcontext()
+    import cupy
+
+    return cupy.cuda.Device(space.device_id or 0)
+
+
+class _EmptySystem:
+    """The engine of a 0 x 0 system: nothing to analyse, factorise or solve."""
+
+    perm = np.zeros(0, dtype=np.int64)
+
+    def set_values(self, data: Any) -> None:
+        """A 0 x 0 matrix has no values to replace."""
+
+    def free(self) -> None:
+        """Nothing to release."""
+
+
 def _pattern_digest(c: _Csr) -> str:
     h = hashlib.sha256()
     for arr in (c.indptr, c.indices):
         host = arr.get() if c.xp is not np else arr
         h.update(np.ascontiguousarray(host, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+def _plan_int(value: Any, key: str, where: str, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanFileError(f"{where} is damaged: {key!r} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _plan_array(value: Any, key: str, where: str) -> np.ndarray | None:
+    """A saved integer array (see encode_array), decoded and checked, or None."""
+    if value is None:
+        return None
+    bad = f"{where} is damaged: {key!r}"
+    if not isinstance(value, Mapping) or not {"dtype", "shape", "base64"} <= set(value):
+        raise PlanFileError(f"{bad} is not a saved array (dtype, shape, base64)")
+    shape, dt = value["shape"], value["dtype"]
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 1
+        or isinstance(shape[0], bool)
+        or not isinstance(shape[0], int)
+        or shape[0] < 0
+    ):
+        raise PlanFileError(f"{bad} must be one-dimensional; its shape is {shape!r}")
+    try:
+        dtype = np.dtype(dt) if isinstance(dt, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "iu" or dtype.itemsize > 8:
+        raise PlanFileError(f"{bad} must hold integers; its dtype is {dt!r}")
+    if not isinstance(value["base64"], str):
+        raise PlanFileError(f"{bad}: its data is not base64 text")
+    try:
+        arr = decode_array(dict(value))
+    except (ValueError, TypeError) as exc:  # binascii.Error is a ValueError
+        raise PlanFileError(f"{bad} cannot be decoded ({exc})") from None
+    return arr.astype(np.int64)
+
+
+def _validated_plan(plan: Any, n: int, where: str) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
+    """(permutation, partition tree, lu_nnz) of a saved solver plan, every field checked.
+
+    The permutation must permute ``range(n)`` for the matrix at hand (whatever the plan's own
+    ``n`` says); the tree has ``2**levels - 1`` int32 entries.  PlanFileError otherwise.
+    """
+    perm, tree, lu_nnz = _typed_plan(plan, where)
+    perm, tree = _fitted_arrays(perm, tree, n, where)
+    return perm, tree, lu_nnz
+
+
+def _typed_plan(plan: Any, where: str) -> tuple[np.ndarray | None, np.ndarray | None, int | None]:
+    """The fields of a saved solver plan checked for type, its arrays decoded (PlanFileError otherwise)."""
+    if not isinstance(plan, Mapping):
+        raise PlanFileError(f"{where} is damaged: its plan is a {type(plan).__name__}, not a mapping")
+    for key in ("backend", "pattern_sha256", "matrix_type", "matrix_view"):
+        if not isinstance(plan.get(key), str):
+            raise PlanFileError(f"{where} is damaged: {key!r} must be a string, not {plan.get(key)!r}")
+    _plan_int(plan.get("n"), "n", where)
+    _plan_int(plan.get("nnz"), "nnz", where)
+    lu_nnz = _plan_int(plan.get("lu_nnz"), "lu_nnz", where, optional=True)
+    perm = _plan_array(plan.get("permutation"), "permutation", where)
+    tree = _plan_array(plan.get("nd_partition_tree"), "nd_partition_tree", where)
+    return perm, tree, lu_nnz
+
+
+def _fitted_arrays(
+    perm: np.ndarray | None, tree: np.ndarray | None, n: int, where: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The saved permutation and partition tree checked against the ``n x n`` matrix at hand."""
+    from ust.backends.cpu.superlu import check_permutation
+
+    if perm is not None:
+        try:
+            perm = check_permutation(perm, n, f"the saved permutation (for this {n} x {n} matrix)")
+        except ShapeError as exc:
+            raise PlanFileError(f"{where} is damaged: {exc}") from None
+    if tree is not None:
+        size = int(tree.shape[0])
+        if size < 1 or size & (size + 1):
+            raise PlanFileError(f"{where} is damaged: a partition tree has 2**levels - 1 entries, not {size}")
+        if int(tree.min()) < -(2**31) or int(tree.max()) >= 2**31:
+            raise PlanFileError(f"{where} is damaged: the partition tree holds values beyond int32")
+        tree = tree.astype(np.int32)
+    return perm, tree
 
 
 # ------------------------------------------------------------------------------------- the solver
@@ -598,11 +825,12 @@ class DirectSolver(StatefulOperation):
                 parse_devices(self.options.devices, cupy.cuda.runtime.getDeviceCount())
             get_library()
         # --- operands into the execution space
-        self._csr = self._load_matrix(a)
+        self._csr = self._load_matrix(a) if self.n else self._empty_matrix()
         self._validate_values(self._csr, "the matrix")
         self._full: Any = None
         self._norm_a: float | None = None
-        self._check_structure()
+        if self.n:
+            self._check_structure()
         self._b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
         self._validate_values(self._b, "b")
         if nbytes:
@@ -613,6 +841,8 @@ class DirectSolver(StatefulOperation):
         self._user_tree: np.ndarray | None = None  # cuDSS's ND partition tree, saved with the permutation
         self._nd_tree: np.ndarray | None = None
         self._saved_lu_nnz: int | None = None
+        self._perturbed_engine: Any = None  # the first cuDSS engine while a retry engine solves
+        self._retry_refused = False  # cuDSS refused to factorise without perturbation
         self._stale = False
         self.plan_info: PlanInfo | None = None
         self.factorization_info: FactorizationInfo | None = None
@@ -644,6 +874,12 @@ class DirectSolver(StatefulOperation):
             )
         return c
 
+    def _empty_matrix(self) -> _Csr:
+        """The 0 x 0 matrix in the execution space (no sparse library is asked to build one)."""
+        xp: Any = __import__("cupy") if self.space.is_cuda else np
+        with _device(self.space):
+            return _Csr(xp.zeros(1, np.int32), xp.zeros(0, np.int32), xp.zeros(0, self.dtype), 0, xp)
+
     def _validate_values(self, c: Any, what: str) -> None:
         data = c.data if isinstance(c, _Csr) else c
         xp = np if isinstance(data, np.ndarray) else __import__("cupy")
@@ -669,12 +905,18 @@ class DirectSolver(StatefulOperation):
 
         return stream_pointer(stream if stream is not None else current_stream("cupy", self.space.device_id))
 
-    def _make_engine(self) -> Any:
+    def _make_engine(self, pivot_epsilon: float | None = None) -> Any:
+        """The engine of the route (``pivot_epsilon``: a cuDSS engine with that pivot epsilon)."""
         o = self.options
+        if self.n == 0:  # nothing for a library to do: no cuDSS / SuperLU call at all
+            _log.info("route: none (a 0 x 0 system: x is empty)")
+            return _EmptySystem()
         if self.space.is_cuda:
             from ust.backends.cuda.cudss import CudssFactorization, get_library
 
             config = _cudss_config(o, self.space.device_id or 0)
+            if pivot_epsilon is not None:
+                config["pivot_epsilon"] = float(pivot_epsilon)
             c = self._csr
             mg = self._mg_devices()
             engine_cls: Any = CudssFactorization
@@ -764,6 +1006,12 @@ class DirectSolver(StatefulOperation):
     def _plan(self) -> PlanInfo:
         e = self._engine
         from_saved = self._user_perm is not None
+        if self.n == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            self.plan_info = PlanInfo(
+                self.backend, "none (empty system)", 0.0, 0, 0, from_saved, empty, empty
+            )
+            return self.plan_info
         if self.space.is_cuda:
             if from_saved:
                 e.set_user_permutation(self._user_perm)
@@ -816,8 +1064,12 @@ class DirectSolver(StatefulOperation):
             raise SingularMatrixError(f"{exc}{_structural_diagnosis(self._full_matrix())}") from None
 
     def _factor(self, phase: str) -> FactorizationInfo:
+        self._restore_engine()
         e = self._engine
-        if self.space.is_cuda:
+        if self.n == 0:
+            facts: dict[str, Any] = {"lu_nnz": 0, "npivots": 0, "inertia": (0, 0), "small_pivots": 0}
+            secs, info = 0.0, 0
+        elif self.space.is_cuda:
             _, secs = self._timed(phase, lambda: e.execute(phase))
             info = e.info()
             if info != 0:
@@ -829,11 +1081,15 @@ class DirectSolver(StatefulOperation):
             inertia = (
                 _optional(e, "inertia") if self.options.matrix_type in ("symmetric", "hermitian") else None
             )
-            facts: dict[str, Any] = {
+            npivots = None if (p := _optional(e, "npivots")) is None else int(p[0])
+            facts = {
                 "lu_nnz": None if lu_nnz is None else int(lu_nnz[0]),
-                "npivots": None if (p := _optional(e, "npivots")) is None else int(p[0]),
+                "npivots": npivots,
                 "inertia": None if inertia is None else (int(inertia[0]), int(inertia[1])),
+                "small_pivots": npivots,  # CUDSS_DATA_NPIVOTS counts the pivots cuDSS perturbed
             }
+            if npivots:
+                _log.info("cuDSS %s perturbed %d small pivot(s) to its pivot epsilon", phase, npivots)
         else:
             run = e.factorize if phase == "factorization" else e.refactorize
             facts, secs = self._timed(phase, lambda: self._superlu(run))
@@ -853,6 +1109,7 @@ class DirectSolver(StatefulOperation):
             facts["npivots"],
             facts["inertia"],
             info,
+            facts.get("small_pivots"),
         )
         self._stale = False
         return self.factorization_info
@@ -881,15 +1138,95 @@ class DirectSolver(StatefulOperation):
             )
         self._require("solve", "plan", "factorize")
         e = self._engine
-        if self.space.is_cuda:
-            self._x = self._new_x()
-            e.set_rhs(self._b, self._x)
-            _, _ = self._timed("solve", lambda: e.execute("solve"))
-            x = self._x
+        if self.n == 0:
+            x = self._csr.xp.zeros(self._b.shape, dtype=self.dtype, order="F")
+        elif self.space.is_cuda:
+            x, _ = self._timed("solve", lambda: self._solve_gpu(self._b))
         else:
             x, _ = self._timed("solve", lambda: self._refined(e.solve(self._b)))
+        x, rel = self._refine_small_pivots(x)
+        if self._should_retry_unperturbed(rel) and (retried := self._retry_unperturbed()) is not None:
+            x, rel = self._refine_small_pivots(retried)
         self._check(x)
         return self._deliver(x)
+
+    def _should_retry_unperturbed(self, rel: float) -> bool:
+        """cuDSS perturbed pivots, refinement did not reach the tolerance, and the pivot epsilon is
+        cuDSS's default: factorise again without perturbing, as SuperLU does, before judging."""
+        o = self.options
+        f = self.factorization_info
+        tol = o.tolerance(self.dtype)
+        return bool(
+            self.space.is_cuda
+            and self._perturbed_engine is None
+            and not self._retry_refused
+            and o.pivot_epsilon is None
+            and o.pivoting != "none"
+            and o.pivot_threshold != 0
+            and f is not None
+            and f.small_pivots
+            and tol is not None
+            and not rel <= tol
+        )
+
+    def _retry_unperturbed(self) -> Any | None:
+        """Analyse and factorise again in a second cuDSS engine whose pivot epsilon is the dtype's
+        smallest normal number (only exact zeros get perturbed), then solve with it.
+
+        This is what makes a near-singular matrix that LU without perturbation solves (as SuperLU
+        does) come out solved on the GPU too, and a singular one come out singular.  The second
+        engine serves the solves of this factorisation; the next factorisation (or new matrix
+        values) goes back to the first, with cuDSS's own pivot epsilon.
+        """
+        tiny = float(np.finfo(self.dtype).tiny)
+        f = self.factorization_info
+        _log.info(
+            "cuDSS perturbed %s pivot(s) and refinement left a large residual: factorising again with "
+            "pivot epsilon %.1e",
+            f.small_pivots if f is not None else "some",
+            tiny,
+        )
+        from ust.backends.cuda.cudss import CudssError
+
+        retry: Any = None
+        try:
+            retry = self._make_engine(pivot_epsilon=tiny)
+            self._timed("analysis", lambda: retry.execute("analysis"))
+            self._timed("factorization", lambda: retry.execute("factorization"))
+            info = retry.info()
+        except CudssError as exc:  # this cuDSS refuses the setting: judge the perturbed factorisation
+            _log.warning("cuDSS could not factorise without pivot perturbation (%s); checking as is", exc)
+            if retry is not None:
+                retry.free()
+            self._retry_refused = True
+            return None
+        except BaseException:
+            if retry is not None:
+                retry.free()
+            raise
+        if info != 0:
+            retry.free()
+            raise SingularMatrixError(
+                f"cuDSS factorization without pivot perturbation reports info = {info}: a zero pivot at "
+                f"position {info} of the reordered matrix{_structural_diagnosis(self._full_matrix())}"
+            )
+        self._perturbed_engine, self._engine = self._engine, retry
+        x, _ = self._timed("solve", lambda: self._solve_gpu(self._b))
+        return x
+
+    def _restore_engine(self) -> None:
+        """Back to the first cuDSS engine (before a new factorisation or new values)."""
+        if getattr(self, "_perturbed_engine", None) is not None:
+            retry, self._engine, self._perturbed_engine = self._engine, self._perturbed_engine, None
+            retry.free()
+
+    def _solve_gpu(self, rhs: Any) -> Any:
+        """One cuDSS SOLVE of a 2-D column-major right-hand side (cuDSS refines inside it when asked)."""
+        e = self._engine
+        self._x = self._new_x()
+        e.set_rhs(rhs, self._x)
+        e.execute("solve")
+        return self._x
 
     def _refined(self, x: np.ndarray) -> np.ndarray:
         """CPU iterative refinement (cuDSS refines inside its SOLVE phase)."""
@@ -898,9 +1235,56 @@ class DirectSolver(StatefulOperation):
             x = x + self._engine.solve(self._b - full @ x)
         return x
 
+    def _refine_small_pivots(self, x: Any) -> tuple[Any, float]:
+        """After a factorisation with small pivots: refine while the relative residual is above the
+        tolerance and keeps halving (at most SMALL_PIVOT_REFINEMENT_STEPS steps), on either device.
+
+        A perturbed pivot of a nonsingular matrix is a small change that refinement undoes; for a
+        singular one the residual stays put, and :func:`solution_error` names the matrix singular.
+        """
+        tol = self.options.tolerance(self.dtype)
+        f = self.factorization_info
+        if tol is None or self.n == 0 or f is None or not f.small_pivots:
+            return x, 0.0
+        full, xp = self._full_matrix(), self._csr.xp
+        best = relative_residual(full, x, self._b, xp)
+        steps = 0
+        try:
+            while steps < SMALL_PIVOT_REFINEMENT_STEPS and best == best and best > tol:
+                r = self._b - full @ x
+                if self.space.is_cuda:
+                    r = xp.asfortranarray(r.astype(self.dtype, copy=False))
+                    xp.cuda.get_current_stream().synchronize()  # r is ready before cuDSS's stream reads it
+                    dx = self._solve_gpu(r)
+                    self._sync()
+                else:
+                    dx = self._engine.solve(np.asfortranarray(r))
+                candidate = x + dx
+                now = relative_residual(full, candidate, self._b, xp)
+                steps += 1
+                if not now < best:
+                    break
+                x, halved, best = candidate, now <= 0.5 * best, now
+                if not halved:
+                    break
+        finally:
+            if self.space.is_cuda:  # the dense wrappers point at b again for the next solve()
+                self._engine.set_rhs(self._b, self._new_x())
+        _log.info(
+            "%d small pivot(s): %d refinement step(s), relative residual %.3e (tolerance %.1e)",
+            f.small_pivots,
+            steps,
+            best,
+            tol,
+        )
+        return x, best
+
     def _check(self, x: Any) -> None:
         tol = self.options.tolerance(self.dtype)
         if tol is None:
+            return
+        if self.n == 0:  # the empty x solves the empty system exactly
+            self.backward_error = 0.0
             return
         full = self._full_matrix()
         xp = self._csr.xp
@@ -908,6 +1292,9 @@ class DirectSolver(StatefulOperation):
             self._norm_a = _norm_inf(full, xp)
         t0 = time.perf_counter()
         be = backward_error(full, x, self._b, xp, self._norm_a)
+        f = self.factorization_info
+        small = f.small_pivots if f is not None else None
+        rel = relative_residual(full, x, self._b, xp) if small else 0.0
         self.backward_error = be
         _log.info(
             "backward error %.3e (tolerance %.1e), checked in %.3f ms",
@@ -915,14 +1302,18 @@ class DirectSolver(StatefulOperation):
             tol,
             1e3 * (time.perf_counter() - t0),
         )
-        if not be <= tol:
-            what = "NaN" if be != be else f"{be:.3e}"
-            raise SolverAccuracyError(
-                f"the {self.backend} solution has normwise backward error {what}, above the tolerance {tol:.1e} for "
-                f"{self.dtype}: the matrix is probably singular or too ill-conditioned for this factorisation "
-                "(try pivoting='auto', refinement_steps=2, another reordering, or check=False to accept it)",
-                backward_error=be,
-            )
+        o = self.options
+        error = solution_error(
+            backend=self.backend,
+            dtype=self.dtype,
+            tolerance=tol,
+            backward_error=be,
+            relative_residual=rel,
+            small_pivots=small,
+            pivoting=not (o.pivoting == "none" or o.pivot_threshold == 0),
+        )
+        if error is not None:
+            raise error
 
     def _deliver(self, x: Any) -> Any:
         out = x.reshape(self._b_shape) if len(self._b_shape) == 1 else x
@@ -952,15 +1343,17 @@ class DirectSolver(StatefulOperation):
             raise UnsupportedError(f"reset_operands takes a= and b=, not {', '.join(unknown)}")
         a, b = operands.get("a"), operands.get("b")
         if a is not None:
+            self._restore_engine()
             shape = _sparse_shape(a)
             if shape != (self.n, self.n):
                 raise ShapeError(
                     f"the new matrix has shape {shape}; this solver was planned for ({self.n}, {self.n})"
                 )
             dt = _np_dtype(a)
+            _refuse_bool(dt, "values")
             if np.result_type(dt, self.dtype) != self.dtype:
                 raise UnsupportedError(f"the new matrix has dtype {dt}; this solver runs in {self.dtype}")
-            new = self._load_matrix(a)
+            new = self._load_matrix(a) if self.n else self._empty_matrix()
             xp = new.xp
             same = new.nnz == self._csr.nnz and bool(
                 xp.array_equal(new.indptr, self._csr.indptr)
@@ -975,7 +1368,8 @@ class DirectSolver(StatefulOperation):
             old = self._csr
             self._csr = _Csr(old.indptr, old.indices, new.data, old.n, old.xp)
             self._full, self._norm_a = None, None
-            self._check_structure()
+            if self.n:
+                self._check_structure()
             if self.space.is_cuda:
                 self._engine.set_values(new.data)
             else:
@@ -985,7 +1379,8 @@ class DirectSolver(StatefulOperation):
                 self._done.discard("factorize")
         if b is not None:
             b_pkg, b_space, b_shape, b_dtype = _dense_rhs(b, self.n)
-            if np.result_type(b_dtype, self.dtype) != self.dtype and b_dtype.kind not in "biu":
+            _refuse_bool(b_dtype, "b values")
+            if np.result_type(b_dtype, self.dtype) != self.dtype and b_dtype.kind not in "iu":
                 raise UnsupportedError(f"the new b has dtype {b_dtype}; this solver runs in {self.dtype}")
             new_b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
             self._validate_values(new_b, "b")
@@ -998,6 +1393,7 @@ class DirectSolver(StatefulOperation):
         super().reset_operands(**operands)
 
     def _free(self) -> None:
+        self._restore_engine()
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.free()
@@ -1051,11 +1447,21 @@ class DirectSolver(StatefulOperation):
         """A solver whose ``plan()`` reuses the reordering saved by :meth:`save_plan`.
 
         A plan from another device, library version or sparsity pattern is not used: a WARNING
-        says why and ``plan()`` analyses afresh.
+        says why and ``plan()`` analyses afresh.  So is a damaged one: every field is checked
+        before use (types, a permutation of ``range(n)`` for *this* matrix, a partition tree of
+        ``2**levels - 1`` entries, ...), and what is wrong is reported as a
+        :class:`~ust.runtime.stateful.PlanFileError` in the WARNING -- nothing of it reaches
+        SuperLU or cuDSS.  A file that is no saved ust plan at all raises PlanFileError.
         """
         solver = cls(a, b, options=options, execution=execution, stream=stream)
+        where = os.fspath(path)
         plan = cls.read_plan(path, device=solver._plan_device(), versions=solver._plan_versions())
         if plan is None:
+            return solver
+        try:
+            perm, tree, lu_nnz = _typed_plan(plan, where)
+        except PlanFileError as exc:
+            _log.warning("%s; planning afresh", exc)
             return solver
         problems = [
             f"{key} {plan.get(key)!r} (now {now!r})"
@@ -1070,18 +1476,22 @@ class DirectSolver(StatefulOperation):
         ]
         if not problems and plan.get("pattern_sha256") != _pattern_digest(solver._csr):
             problems.append("another sparsity pattern")
-        if problems or plan.get("permutation") is None:
+        if problems or perm is None:
             _log.warning(
                 "the saved plan %s does not fit (%s); planning afresh",
-                os.fspath(path),
+                where,
                 ", ".join(problems) or "no permutation",
             )
             return solver
-        solver._user_perm = decode_array(plan["permutation"])
-        if plan.get("nd_partition_tree") is not None:
-            solver._user_tree = decode_array(plan["nd_partition_tree"])
-        solver._saved_lu_nnz = plan.get("lu_nnz")
-        _log.info("plan() will reuse the reordering saved in %s", os.fspath(path))
+        try:  # the plan says it fits: its arrays must fit this matrix too, or the file lies
+            perm, tree = _fitted_arrays(perm, tree, solver.n, where)
+        except PlanFileError as exc:
+            _log.warning("%s; planning afresh", exc)
+            return solver
+        solver._user_perm = perm
+        solver._user_tree = tree
+        solver._saved_lu_nnz = lu_nnz
+        _log.info("plan() will reuse the reordering saved in %s", where)
         return solver
 
     def __del__(self) -> None:
@@ -1107,6 +1517,14 @@ def solve(
 
     Option fields may be given as keywords (``solve(a, b, matrix_type="spd")``).  A sequence of
     matrices with a sequence of right-hand sides solves each system and returns a list.
+
+    A 0 x 0 system (``b`` of shape ``(0,)`` or ``(0, k)``) is solved by the empty ``x`` of
+    ``b``'s shape, in the solve dtype and ``b``'s package, as ``scipy.sparse.linalg.spsolve``
+    does; no library is called.  Bool values (in ``a`` or ``b``) are refused with the
+    ``UnsupportedError`` of ``ust.asarray``: ust takes no bool values anywhere.  Errors:
+    ``ShapeError`` (not square, ``b`` not ``(n,)`` / ``(n, k)``), ``UnsupportedError``,
+    ``InvalidValueError`` (NaN / Inf), ``SingularMatrixError`` and ``SolverAccuracyError``
+    (see :func:`solution_error`), all before any work where the input alone shows them.
     """
     opts = DirectSolverOptions.coerce(options, **option_fields)
     if isinstance(a, (list, tuple)):
@@ -1137,6 +1555,8 @@ def _solve_batch(
         space, why = resolve_space(named, execution), f"execution={execution!r}"
     if not space.is_cuda:
         return [solve(m, r, options=opts, execution="cpu") for m, r in zip(mats, rhss)]
+    if any(_sparse_shape(m)[:1] == (0,) for m in mats):  # cuDSS batches need n >= 1 per member
+        return [solve(m, r, options=opts, execution=space, stream=stream) for m, r in zip(mats, rhss)]
     _log.info("batch of %d systems on %s because %s", len(mats), space.describe(), why)
     return _CudssBatch(mats, list(rhss), opts, space, stream).run()
 
@@ -1152,6 +1572,7 @@ class _CudssBatch:
 
         self.cupy = import_cupy()
         self.opts, self.space = opts, space
+        self.mats, self.rhss, self.stream_arg = mats, rhss, stream
         shapes = []
         dtypes = []
         for i, (m, r) in enumerate(zip(mats, rhss)):
@@ -1215,11 +1636,34 @@ class _CudssBatch:
                         raise SingularMatrixError(
                             f"cuDSS batch {phase} reports info = {info}: a member is singular"
                         )
+                try:
+                    perturbed = engine.npivots()
+                except Exception as exc:  # CudssError: this release does not report it for batches
+                    _log.debug("cuDSS did not report npivots for the batch: %s", exc)
+                    perturbed = 0
             finally:
                 engine.free()
         tol = o.tolerance(self.dtype)
         out = []
         for i, (full, x, b, (pkg, space, shape, _)) in enumerate(zip(self.fulls, xs, self.bs, self.rhs_info)):
+            if tol is not None and perturbed and not relative_residual(full, x, b, cp) <= tol:
+                # perturbed pivots somewhere in the batch and this member misses: solve it alone,
+                # where refinement and the check of solution_error() apply as for any solve
+                _log.info("batch member %d: perturbed pivots and a large residual; solving it alone", i)
+                try:
+                    out.append(
+                        solve(
+                            self.mats[i],
+                            self.rhss[i],
+                            options=o,
+                            execution=self.space,
+                            stream=self.stream_arg,
+                        )
+                    )
+                except (SingularMatrixError, SolverAccuracyError) as exc:
+                    exc.args = (f"batch member {i}: {exc}",)
+                    raise
+                continue
             if tol is not None:
                 be = backward_error(full, x, b, cp)
                 if not be <= tol:

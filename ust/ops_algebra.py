@@ -141,6 +141,8 @@ def rmatmul(x: Any, a: Any) -> Any:
 
     if kind(x) == SPARSE:
         return matmul_sparse(x, a)
+    if isinstance(x, (list, tuple)):  # array-likes as NumPy reads them
+        x = np.asarray(x)
     t = as_tensor(a)
     at = transpose(t)
     nd = getattr(x, "ndim", np.ndim(x))

@@ -8,6 +8,8 @@ space of ``B``.  The fused form is always one library call or one generated kern
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from ust.runtime.spaces import (
     to_package,
     to_space,
 )
-from ust.runtime.stateful import StatefulOperation
+from ust.runtime.stateful import PlanFileError, StatefulOperation, check_plan_fields
 
 __all__ = ["Matmul", "matmul", "matmul_problem"]
 
@@ -45,6 +47,13 @@ def _as_tensor(a: Any) -> Any:
 
 def _dense_shape(x: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in x.shape)
+
+
+def _array_like(x: Any) -> Any:
+    """A dense operand with a shape: lists / nested lists become NumPy arrays, as NumPy reads them."""
+    if x is None or hasattr(x, "shape"):
+        return x
+    return np.asarray(x)
 
 
 def _dtype_name(x: Any) -> str:
@@ -131,9 +140,12 @@ def _scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
 @route_factory("convert-scipy")
 def _convert_scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.cpu.scipy_routes import ScipyMatmul
+    from ust.codegen.lower import has_padding
 
     _log.warning("no C compiler found: converting %s to %s and using SciPy", m.a.format, rule.convert_to)
-    return _Adapt(ScipyMatmul(m.a.convert(rule.convert_to), m.alpha, m.beta))
+    # a padded format's zero fill survives the conversion as explicit zeros: drop it once
+    prune = has_padding(m.a.format)
+    return _Adapt(ScipyMatmul(m.a.convert(rule.convert_to), m.alpha, m.beta, prune=prune))
 
 
 @route_factory("cusparse")
@@ -174,6 +186,8 @@ class Matmul(StatefulOperation):
     """
 
     kind = "matmul"
+    #: True when :meth:`load_plan` reused the saved route/variant (False: planned afresh).
+    from_saved_plan: bool = False
 
     def __init__(
         self,
@@ -188,6 +202,7 @@ class Matmul(StatefulOperation):
         stream: Any = None,
     ) -> None:
         super().__init__()
+        b, c = _array_like(b), _array_like(c)
         self.options = dict(options or {})
         self.alpha, self.beta = alpha, beta
         self._stream_arg = stream
@@ -249,16 +264,17 @@ class Matmul(StatefulOperation):
                 1e3 * (time.perf_counter() - t0),
             )
         xp = self._xp()
+        # the one normalisation every route shares (SciPy, cuSPARSE, generated C / CUDA): B in
+        # the compute dtype, C-contiguous or (2-D) Fortran order; strided views are copied
+        from ust.codegen.launch import array_layout, dense_operand
+
+        self.b = dense_operand(xp, self.b, self.dtype)
+        if self.c is not None:
+            self.c = dense_operand(xp, self.c, self.dtype)
         shape = self._result_shape(self.a, _dense_shape(self.b))
-        order = (
-            "F"
-            if getattr(self.b, "ndim", 1) == 2 and not self.b.flags.c_contiguous and self.b.flags.f_contiguous
-            else "C"
-        )
+        order = "F" if self.b.ndim == 2 and array_layout(self.b) == "col" else "C"
         self.out = xp.empty(shape, dtype=self.dtype, order=order)
         self._direct = self._b_package in ("numpy", "cupy") and self._b_space == self.space
-        if self.b.dtype != np.dtype(self.dtype):
-            self.b = self.b.astype(self.dtype)
 
     def _xp(self) -> Any:
         if self.space.is_cuda:
@@ -381,7 +397,7 @@ class Matmul(StatefulOperation):
         return float(np.median(samples))
 
     def _reset_operands(self, **operands: Any) -> None:
-        a, b, c = operands.get("a"), operands.get("b"), operands.get("c")
+        a, b, c = operands.get("a"), _array_like(operands.get("b")), _array_like(operands.get("c"))
         if a is not None:
             new = _as_tensor(a)
             if (
@@ -405,9 +421,9 @@ class Matmul(StatefulOperation):
     def reset_operands_unchecked(self, **operands: Any) -> None:
         """Swap operands without any checks (the caller guarantees shapes, dtypes and spaces)."""
         if "b" in operands:
-            self._b_in = operands["b"]
+            self._b_in = _array_like(operands["b"])
         if "c" in operands:
-            self._c_in = operands["c"]
+            self._c_in = _array_like(operands["c"])
         if "a" in operands:
             self.a = _as_tensor(operands["a"])
         self._unchecked("a" in operands)
@@ -457,28 +473,84 @@ class Matmul(StatefulOperation):
 
     @classmethod
     def load_plan(cls, path: Any, a: Any, b: Any, c: Any = None, **kwargs: Any) -> Matmul:
-        """A planned Matmul reusing a saved route/variant choice (re-plans, with a warning, on a mismatch)."""
+        """A planned Matmul reusing a saved route/variant choice.
+
+        A file that is no saved matmul plan raises :class:`~ust.runtime.stateful.PlanFileError`.
+        A plan made elsewhere (ust / library version, device), one whose contents are damaged
+        (fields of the wrong type, missing or extra keys, a route that is no candidate for these
+        operands, an unknown variant such as ``"outer:gABC"``), one made for another format or
+        op, or a saved choice that fails to build here: a WARNING says why and the Matmul plans
+        afresh (``from_saved_plan`` is then False).  See :mod:`ust.runtime.stateful`.
+        """
         mm = cls(a, b, c, **kwargs)
-        saved = cls.read_plan(path, device=mm._plan_device(), versions=mm._plan_versions())
-        if (
-            saved is not None
-            and saved.get("format") == mm.a.format.to_text()
-            and saved.get("op") == mm.problem.op
-        ):
-            for rule in (mm.decision.rule, *mm.decision.alternatives):
-                if rule.route == saved["route"]:
-                    mm.decision = type(mm.decision)(
-                        mm.problem,
-                        rule,
-                        rule.reason.format(fmt=mm.problem.format_class, dtype=mm.dtype)
-                        + " (from a saved plan)",
-                    )
-                    mm.variant = saved.get("variant")
-                    break
-        elif saved is not None:
-            _log.warning("the saved plan is for another format or op; planning afresh")
+        fresh_decision, fresh_variant = mm.decision, mm.variant
+        choice = mm._checked_plan(path, mm._saved_choice)
+        if choice is not None:
+            mm.decision = type(mm.decision)(
+                mm.problem,
+                choice["rule"],
+                choice["rule"].reason.format(fmt=mm.problem.format_class, dtype=mm.dtype)
+                + " (from a saved plan)",
+            )
+            mm.variant = choice["variant"]
+            try:
+                mm.plan()
+            except Exception as exc:  # the saved choice does not build here: the default does
+                _log.warning(
+                    "the saved plan %s (route %s, variant %r) cannot be used here (%s: %s); planning afresh",
+                    os.fspath(path),
+                    choice["rule"].route,
+                    choice["variant"],
+                    type(exc).__name__,
+                    exc,
+                )
+                mm.decision, mm.variant = fresh_decision, fresh_variant
+            else:
+                mm.from_saved_plan = True
+                return mm
         mm.plan()
+        mm.from_saved_plan = False
         return mm
+
+    def _saved_choice(self, saved: dict[str, Any], where: str) -> dict[str, Any]:
+        """The saved route (a Rule among this problem's candidates) and variant; PlanFileError if unusable."""
+        plan = check_plan_fields(
+            saved,
+            {
+                "route": str,
+                "variant": (type(None), str, int),
+                "format": str,
+                "shape": list,
+                "dtype": str,
+                "op": str,
+            },
+            where=where,
+        )
+        fmt = self.a.format.to_text()
+        if plan["format"] != fmt or plan["op"] != self.problem.op:
+            raise PlanFileError(
+                f"{where} was made for {plan['op']} with format {_cut(plan['format'])}, not for "
+                f"{self.problem.op} with {fmt}"
+            )
+        rules = (self.decision.rule, *self.decision.alternatives)
+        rule = next((r for r in rules if r.route == plan["route"]), None)
+        if rule is None:
+            raise PlanFileError(
+                f"{where} is damaged or does not fit: route {_cut(plan['route'])} is not a candidate "
+                f"here (candidates: {', '.join(r.route for r in rules)})"
+            )
+        variant = plan["variant"]
+        known = _known_variant(rule.route, variant)
+        if known and rule.route == "cusparse" and variant is not None:
+            # this format's algorithms only: no number reaches cuSPARSE unchecked
+            known = variant in self._variants(rule)
+        if not known:
+            raise PlanFileError(
+                f"{where} is damaged: variant {_cut(repr(variant))} is not a variant of route {rule.route} "
+                f"(generated routes: auto, storage or outer, optionally ':g1' ... ':g32'; "
+                "cuSPARSE: an algorithm number; others: null)"
+            )
+        return {"rule": rule, "variant": variant}
 
     def explain(self) -> str:
         """The plan as text: route, reason, placement and the other candidates."""
@@ -527,6 +599,13 @@ _ONE_SHOT_SIZE = 8
 _BUFFER_ATTRS = ("data", "indices", "indptr", "row", "col", "coords", "offsets")
 
 
+def _layout_key(b: Any) -> str | None:
+    """B's memory layout as the executors see it: a cached plan's dense descriptors fix it."""
+    from ust.codegen.launch import array_layout
+
+    return array_layout(b)
+
+
 def _one_shot_key(
     a: Any, b: Any, c: Any, alpha: complex, beta: complex, execution: Any, options: Any
 ) -> tuple[Any, ...] | None:
@@ -536,7 +615,7 @@ def _one_shot_key(
         bk = (
             tuple(b.shape),
             str(b.dtype),
-            bool(b.flags.c_contiguous),
+            _layout_key(b),
             operand_package(b),
             str(operand_space(b)),
         )
@@ -572,6 +651,7 @@ def matmul(
     >>> bool(np.allclose(ust.matmul(A, np.ones(20), alpha=0.5), 0.5 * (A @ np.ones(20))))
     True
     """
+    b, c = _array_like(b), _array_like(c)
     if _is_sparse_operand(b):
         from ust.ops_algebra import matmul_sparse, multiply
 
@@ -645,6 +725,25 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
 
 def explain_matmul(a: Any, b: Any, c: Any = None, **kwargs: Any) -> str:
     return Matmul(a, b, c, **kwargs).explain()
+
+
+#: Variant names saved plans may hold for the generated routes (see ust.codegen.runtime.variants).
+_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32))?")
+
+
+def _known_variant(route: str, variant: Any) -> bool:
+    """Whether ``variant`` is a well-formed variant of ``route`` (checked before anything parses it)."""
+    if variant is None:
+        return True
+    if route.startswith("generated"):
+        return isinstance(variant, str) and _GENERATED_VARIANT.fullmatch(variant) is not None
+    if route == "cusparse":  # a cuSPARSE algorithm enum
+        return isinstance(variant, int) and not isinstance(variant, bool) and 0 <= variant < 64
+    return False
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 def _unsupported_route(name: str) -> UnsupportedError:

@@ -72,8 +72,10 @@ class Tensor:
     pos, crd : sequence or mapping, optional
         Per-level position / coordinate arrays (see the module docstring).
     index_dtype : dtype, optional
-        int32 or int64; given buffers are cast to it.  Without index buffers (dense formats)
-        it defaults to the smallest that fits the shape.
+        int32 or int64; given buffers are cast to it (int32 only where the level coordinates
+        and ``nse`` fit it: a ShapeError otherwise, never a wrapped index).  Without it the
+        buffers' own dtype is kept; without index buffers (dense formats) it defaults to the
+        smallest that fits the shape (docs/storage.md, "Index dtype").
     check : bool or str
         Validate the buffers first (see the module docstring).
     """
@@ -115,6 +117,12 @@ class Tensor:
 
                 for a in bufs:
                     check_index_array(a, "an index buffer")
+            if itype == np.dtype(np.int32) and any(np.dtype(a.dtype) != itype for a in bufs):
+                from ust.convert.limits import check_index_dtype
+
+                # a narrowing cast must not wrap: the coordinates and positions must fit int32
+                count = max([int(vals.size), *(int(a.size) for a in crd_l if a is not None)])
+                check_index_dtype(itype, fmt, shp, count)
             pos_l = [None if a is None else _xp.as_index(a, itype) for a in pos_l]
             crd_l = [None if a is None else _xp.as_index(a, itype) for a in crd_l]
         elif bufs:
@@ -196,7 +204,11 @@ class Tensor:
 
     @property
     def nse(self) -> int:
-        """Stored value slots (``values.size``), padding included."""
+        """Stored value slots (``values.size``), padding included.
+
+        For a batched tensor this counts the slots of *all* members together (``B * capacity``,
+        each member's capacity padding included), where MLIR's ``number_of_entries`` counts
+        one member; :attr:`nnz` counts the entries inside the bounds (docs/storage.md)."""
         return int(self._values.size)
 
     @property

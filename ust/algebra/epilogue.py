@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["apply_epilog"]
+from ust.runtime.errors import DeviceError
+
+__all__ = ["apply_epilog", "epilog_inputs"]
 
 
 def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -31,6 +33,7 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
     from ust.tensor import Tensor
 
     ep = compile_epilog(text)
+    params = epilog_inputs(params, result.values if isinstance(result, Tensor) else result)
     if not isinstance(result, Tensor):
         return ep.apply(result, params)
     from ust.convert.analysis import drops_zeros
@@ -49,3 +52,32 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
         ep.apply(picked, params)
         vals[sl.slot] = picked
     return result
+
+
+def epilog_inputs(params: Mapping[str, Any] | None, like: Any) -> dict[str, Any]:
+    """Epilogue parameters as arrays of ``like``'s package: scalars as they are, lists and
+    tuples as arrays (as NumPy reads them), an array in the other memory a DeviceError.
+
+    Arrays keep their strides: the epilogue runs as array expressions, which read any layout.
+    """
+    import numpy as np
+
+    on_gpu = type(like).__module__.split(".")[0] == "cupy"
+    out: dict[str, Any] = {}
+    for name, v in (params or {}).items():
+        if isinstance(v, (list, tuple)):
+            if on_gpu:
+                import cupy
+
+                v = cupy.asarray(np.asarray(v))
+            else:
+                v = np.asarray(v)
+        elif (
+            hasattr(v, "shape")
+            and getattr(v, "ndim", 0) > 0
+            and (type(v).__module__.split(".")[0] == "cupy") != on_gpu
+        ):
+            where = "GPU (CuPy)" if on_gpu else "host (NumPy)"
+            raise DeviceError(f"epilogue parameter {name!r} is not in the result's memory ({where})")
+        out[name] = v
+    return out

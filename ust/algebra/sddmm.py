@@ -82,17 +82,14 @@ def _array_program(job: _Job) -> Any:
 
 def _cusparse(job: _Job) -> Any:
     from ust.backends.cuda.cusparse_algebra import sddmm_csr
+    from ust.codegen.launch import dense_operand
 
     s = job.s
     xp = s.xp
     dt = job.dtype
     vals = s.values.astype(dt, copy=True)
-    a = job.a.astype(dt, copy=False)
-    b = job.b.astype(dt, copy=False)
-    if not (a.flags.c_contiguous or a.flags.f_contiguous):
-        a = xp.ascontiguousarray(a)
-    if not (b.flags.c_contiguous or b.flags.f_contiguous):
-        b = xp.ascontiguousarray(b)
+    # cuSPARSE reads a pointer and a leading dimension: row- or column-major, else a copy
+    a, b = dense_operand(xp, job.a, dt), dense_operand(xp, job.b, dt)
     dev = int(s.device.split(":")[1])
     sddmm_csr(s.shape, {"pos": s.pos(1), "crd": s.crd(1), "values": vals}, a, b, job.alpha, job.beta, dev)
     if job.epilog is not None:

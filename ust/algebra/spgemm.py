@@ -161,6 +161,15 @@ def spgemm(a: Any, b: Any, fmt: Format, route: str | None = None, *, dry: bool =
     if fmt.ndim != 2:
         raise ShapeError(f"result format {fmt.map_text()} is not a matrix format")
     fmt.lvl_bounds((a.shape[0], b.shape[1]))
+    # every route works on row pointers (CSR) of A and B and builds the result's: O(rows),
+    # refused before any work where no memory holds them (hypersparse shapes)
+    need = 8 * (2 * a.shape[0] + b.shape[0] + 3)
+    if need > (1 << 30):
+        from ust.convert.limits import check_bytes
+
+        check_bytes(
+            a.xp, need, f"sparse @ sparse of {a.shape} by {b.shape} (row pointers of A, B and the result)"
+        )
     dtype = np.result_type(a.dtype, b.dtype)
     d = choose(problem("spgemm", a, device=a.device, dtype=dtype, other=b), route)
     if dry:

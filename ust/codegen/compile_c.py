@@ -5,11 +5,14 @@ flags ``-O3 -fopenmp -fPIC -shared -std=c99`` (OpenMP dropped, with one warning,
 compiler lacks it), plus ``-march=native`` with ``UST_NATIVE=1`` (off by default: it doubles
 compile time and measured no gain on SpMV, which is bound by memory).  Tuning for the host puts
 the CPU model into the cache key, so a shared cache directory never hands one machine's
-library to another.  Artefacts go through :class:`ust.codegen.cache.ArtifactCache`.
+library to another.  Artefacts go through :class:`ust.codegen.cache.ArtifactCache`, which
+authenticates them; a library is loaded from a private copy of the verified bytes, never from
+the cache file itself (see :func:`dlopen_bytes`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
@@ -22,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ust.codegen.cache import ArtifactCache, content_key
+from ust.codegen.cache import Artifact, ArtifactCache, content_key, private_copy
 from ust.runtime.errors import BackendUnavailableError, UstError
 
-__all__ = ["Toolchain", "compile_shared", "load_library", "toolchain"]
+__all__ = ["Toolchain", "compile_shared", "dlopen_bytes", "load_library", "toolchain"]
 
 _log = logging.getLogger("ust.codegen.compile_c")
 _log.addHandler(logging.NullHandler())
@@ -117,8 +120,8 @@ def toolchain() -> Toolchain | None:
     return _toolchain(find_compiler(), native)
 
 
-def compile_shared(source: str, tc: Toolchain | None = None, *, name: str = "kernel") -> tuple[Path, bool]:
-    """Path of the shared library built from ``source`` (cached) and whether it was just built."""
+def compile_shared(source: str, tc: Toolchain | None = None, *, name: str = "kernel") -> Artifact:
+    """The shared library built from ``source`` (verified bytes from the cache, or just built)."""
     tc = tc or toolchain()
     if tc is None:
         raise BackendUnavailableError("no C compiler found (set UST_CC or install cc/gcc/clang)")
@@ -146,11 +149,44 @@ def compile_shared(source: str, tc: Toolchain | None = None, *, name: str = "ker
     return ArtifactCache("c").get_or_build(key, ".so", build)
 
 
+_memfds: list[int] = []  # kept open: fd numbers are reused, and the loader matches libraries by path
+
+
+def dlopen_bytes(data: bytes, name: str) -> ctypes.CDLL:
+    """``dlopen`` a private copy of ``data`` (bytes already verified), never a shared path.
+
+    The copy is a fresh file in this process's 0700 directory, removed once loaded; where that
+    directory cannot map code (a ``noexec`` temporary file system) an anonymous memory file
+    (``memfd_create``) is used instead.
+    """
+    path = private_copy(data, name)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        first = exc
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+        except OSError:
+            os.close(fd)
+        else:
+            _memfds.append(fd)
+            return lib
+    raise UstError(f"cannot load the compiled library {name}: {first}") from first
+
+
 def load_library(source: str, *, name: str = "kernel") -> ctypes.CDLL:
     """Compile (or find in the cache) and ``dlopen`` the library of ``source``."""
     t0 = time.perf_counter()
-    path, built = compile_shared(source, name=name)
-    lib = ctypes.CDLL(str(path))
-    if not built:
+    art = compile_shared(source, name=name)
+    lib = dlopen_bytes(art.data, f"{name}.so")
+    if not art.built:
         _log.info("loaded C kernel %s from the cache in %.1f ms", name, 1e3 * (time.perf_counter() - t0))
     return lib

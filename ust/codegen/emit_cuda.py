@@ -116,6 +116,12 @@ def _expr(e: Expr, vt: str, parent: int = 0) -> str:
             cmp = "<" if e.op == "min" else ">"
             x, y = _expr(e.a, vt), _expr(e.b, vt)
             return f"(({x}) {cmp} ({y}) ? ({x}) : ({y}))"
+        if e.op in ("==", "!=") and vt.startswith("ust_c") and isinstance(e.b, Const) and e.b.kind == "value":
+            # complex values are structs here: compare part by part (padding guards, val != 0)
+            x, v = _expr(e.a, vt, 10), complex(e.b.value)
+            join = " || " if e.op == "!=" else " && "
+            text = f"{x}.re {e.op} {v.real!r}{join}{x}.im {e.op} {v.imag!r}"
+            return f"({text})"
         prec = BIN_OPS[e.op]
         op = "/" if e.op == "//" else e.op
         text = f"{_expr(e.a, vt, prec)} {op} {_expr(e.b, vt, prec + 1)}"

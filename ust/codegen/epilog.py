@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ust.grammar import ast
-from ust.runtime.errors import UnsupportedError, UstSyntaxError
+from ust.runtime.errors import InvalidTypeError, InvalidValueError, UnsupportedError, UstSyntaxError
 
 __all__ = ["Epilog", "compile_epilog"]
 
@@ -115,7 +115,12 @@ class Epilog:
                 return xp.where(args[0], args[1], args[2])
             return getattr(xp, _XP_NAMES[e.fn])(*args)
 
-        result = ev(self.tree)
+        try:
+            result = ev(self.tree)
+        except (ZeroDivisionError, OverflowError) as exc:  # scalar-only subexpressions (Python floats)
+            raise InvalidValueError(
+                f"epilogue {self.text!r}: a subexpression of constants and parameters fails ({exc})"
+            ) from None
         target = y if out is None else out
         target[...] = result
         return target
@@ -156,9 +161,23 @@ _BINARY: dict[str, Any] = {
 }
 
 
-@functools.lru_cache(maxsize=256)
 def compile_epilog(text: str, value: str = "y") -> Epilog:
-    """Parse and validate an epilogue; ``value`` names the op's result variable."""
+    """Parse and validate an epilogue; ``value`` names the op's result variable.
+
+    The text is bounded before it is parsed (:mod:`ust.grammar.parser`: at most
+    ``MAX_EPILOG_LENGTH`` characters, nested at most ``MAX_DEPTH`` deep), so the recursive
+    walkers here and in the emitters never run out of stack; a text that is no ``str`` is an
+    :class:`~ust.runtime.errors.InvalidTypeError`.
+    """
+    if not isinstance(text, str):
+        raise InvalidTypeError(f"an epilogue must be a str such as 'max(y, 0)', not {type(text).__name__}")
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"the epilogue's value name must be a str, not {type(value).__name__}")
+    return _compile_epilog(text, value)
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_epilog(text: str, value: str) -> Epilog:
     from ust.grammar.parser import parse_epilog
 
     tree = parse_epilog(text)

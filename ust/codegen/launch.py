@@ -22,7 +22,7 @@ from ust.codegen.lower import VALUE_DTYPES
 from ust.formats.model import Format, LevelFormat
 from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
 
-__all__ = ["Launch", "array_layout", "choose_itype", "prepare", "result_dtype"]
+__all__ = ["Launch", "array_layout", "choose_itype", "dense_operand", "prepare", "result_dtype", "to_layout"]
 
 _I32_LIMIT = 2**31 - 1
 
@@ -55,21 +55,46 @@ def operand_shape(fmt: Format, shape: tuple[int, ...], xshape: tuple[int, ...]) 
 
 
 def array_layout(a: Any) -> str | None:
-    """``"row"`` (C order), ``"col"`` (last two axes swapped in memory) or None (strided)."""
-    if a.ndim < 2 or a.flags.c_contiguous:
+    """``"row"`` (C order), ``"col"`` (last two axes swapped in memory) or None (strided).
+
+    Generated kernels and cuSPARSE read dense operands through a bare pointer with implied
+    strides, so a 1-D view with a stride (``X[:, 0]``, ``x[::2]``, ``x[::-1]``) is None too.
+    """
+    if a.flags.c_contiguous:
         return "row"
-    if a.swapaxes(-1, -2).flags.c_contiguous:
+    if a.ndim >= 2 and a.swapaxes(-1, -2).flags.c_contiguous:
         return "col"
     return None
 
 
-def to_layout(xp: Any, a: Any, layout: str) -> Any:
-    """``a`` itself when already laid out so, else a copy that is."""
+def to_layout(xp: Any, a: Any, layout: str, dtype: Any = None) -> Any:
+    """``a`` itself when already laid out so (and of ``dtype``), else a copy that is (one pass).
+
+    ``"col"`` applies to 2-D and wider arrays; a 1-D operand is always made C-contiguous.
+    """
+    want = np.dtype(dtype) if dtype is not None else a.dtype
+    if a.ndim < 2:
+        layout = "row"
     if array_layout(a) == layout:
-        return a
+        return a if a.dtype == want else a.astype(want, order="K")
     if layout == "row":
-        return xp.ascontiguousarray(a)
-    return xp.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+        return xp.ascontiguousarray(a, dtype=want)
+    return xp.ascontiguousarray(a.swapaxes(-1, -2), dtype=want).swapaxes(-1, -2)
+
+
+def dense_operand(xp: Any, a: Any, dtype: Any = None, layouts: tuple[str, ...] = ("row", "col")) -> Any:
+    """The one normalisation of a dense operand for a kernel or a library call.
+
+    Every route reads dense operands (x, B, C, SDDMM's X and Y) through a pointer with
+    implied strides, so each gets ``a`` itself when its layout is one of ``layouts`` (and its
+    dtype ``dtype``), else a copy laid out as ``layouts[0]``: strided, reversed and offset views
+    are copied, contiguous C / Fortran arrays are not.  Array-likes (lists) become arrays of
+    ``xp``.  The caller's array is never written.
+    """
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        a = xp.asarray(a)
+    lay = array_layout(a)
+    return to_layout(xp, a, lay if lay in layouts else layouts[0], dtype)
 
 
 def result_dtype(*dtypes: Any, scalars: tuple[complex, ...] = ()) -> str:
@@ -187,15 +212,12 @@ def prepare(
     if index_dtype not in ("int32", "int64"):
         raise UnsupportedError(f"index dtype {index_dtype} is not supported; supported: int32, int64")
     layout = "row"
-    if op == "mm":
-        layout = (array_layout(out) if out is not None else array_layout(x)) or "row"
-        x = to_layout(xp, x, layout)
-    if x.dtype != np.dtype(dt):
-        x = x.astype(dt, order="K")
+    if op == "mm":  # the result's layout (a strided ``out`` gets a temporary, copied back)
+        layout = (array_layout(out) if out is not None else None) or array_layout(x) or "row"
+    # every dense operand, 1-D included, is read through a pointer: strided views are copied
+    x = to_layout(xp, x, layout, dt)
     if c is not None:
-        c = to_layout(xp, c, layout) if op == "mm" else xp.ascontiguousarray(c)
-        if c.dtype != np.dtype(dt):
-            c = c.astype(dt, order="K")
+        c = to_layout(xp, c, layout, dt)
     bufs: dict[str, Any] = {}
     sizes: list[int] = [int(np.prod(out_shape)), int(np.prod(xshape))]
     scal: dict[str, int] = {f"D{d}": s for d, s in enumerate(shape)}

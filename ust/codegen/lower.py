@@ -72,6 +72,7 @@ __all__ = [
     "KernelInfo",
     "Plan",
     "format_tag",
+    "has_padding",
     "kernel_name",
     "lower",
     "plan",
@@ -131,6 +132,31 @@ def _and(a: Expr | None, b: Expr) -> Expr:
 
 def _in_range(v: Expr, hi: Expr) -> Expr:
     return Bin("&&", Bin("<=", _c(0), v), Bin("<", v, hi))
+
+
+# ----------------------------------------------------------------------------- padding
+
+_SPARSE_LEVELS = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.SINGLETON})
+
+
+@functools.lru_cache(maxsize=1024)
+def has_padding(fmt: Format) -> bool:
+    """Whether ``fmt`` stores value slots that are padding, not entries: a range level (DIA's
+    empty and out-of-matrix slots), a structured level (its zero fill) or a dense level under
+    a sparse one (the zero fill of BSR / BSC / CROW blocks).
+
+    Kernels for such formats skip a zero value instead of multiplying it, so padding never
+    meets x (``0 * inf`` would make a NaN that SciPy's CSR never computes).  All-dense
+    formats and formats without padding (CSR, COO, DCSR, ...) multiply every stored value,
+    explicit zeros included, as SciPy does.
+    """
+    sparse_above = False
+    for lv in fmt.levels:
+        f = lv.format
+        if f in (LevelFormat.RANGE, LevelFormat.STRUCTURED) or (f is LevelFormat.DENSE and sparse_above):
+            return True
+        sparse_above |= f in _SPARSE_LEVELS
+    return False
 
 
 # ----------------------------------------------------------------------------- plans
@@ -378,6 +404,7 @@ class _Gen:
         self.batch_dims = sorted(fmt.levels[k].expr.dims[0] for k in range(self.nb))
         self.cols_inner = self.cols and cols_inner
         self.col_par = self.cols and not self.cols_inner and p.acc_step == p.npar - 1
+        self.padded = has_padding(fmt)
 
     # -- level facts -------------------------------------------------------------------------
     def _static_lo(self, k: int) -> bool:
@@ -673,12 +700,16 @@ class _Gen:
             yi = self.y_index(env["dims"], Var("col"))
             xv = Load("x", self.x_index(env["dims"], Var("col")))
             write = Accumulate("y", yi, Bin("*", Var("a"), xv), atomic=self.plan.atomic)
-            return [
+            body: list[Stmt] = [
                 Let("a", Bin("*", Var("alpha"), self.load("val", p)), "value"),
                 Loop("col", _c(0), Var("NC"), block(write)),
             ]
-        xv = Load("x", self.x_index(env["dims"], col))
-        return [Assign("acc", Bin("+", Var("acc"), Bin("*", self.load("val", p), xv)))]
+        else:
+            xv = Load("x", self.x_index(env["dims"], col))
+            body = [Assign("acc", Bin("+", Var("acc"), Bin("*", self.load("val", p), xv)))]
+        if self.padded:  # a zero in a padding slot is absent: it never meets x (see has_padding)
+            return [If(Bin("!=", self.load("val", p), Const(0.0, "value")), block(*body))]
+        return body
 
 
 def _keep_first_reduce(node: Block) -> Block:

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from ust.codegen.launch import prepare
-from ust.codegen.lower import plan
+from ust.codegen.lower import has_padding, plan
 from ust.formats.model import Format
 from ust.runtime.errors import UnsupportedError
 
@@ -235,6 +235,10 @@ class ScipyFallback:
             _log.warning("no working C compiler: converting %s to CSR and using SciPy instead", a.format)
             _warned_no_compiler = True
         self.matrix = a.convert("CSR").to_scipy()
+        if has_padding(a.format):  # block fill / DIA slots are not entries: they never meet x
+            from ust.backends.cpu.scipy_routes import without_padding
+
+            self.matrix = without_padding(self.matrix)
         self.alpha, self.beta = alpha, beta
 
     def run(self, b: Any, c: Any, out: Any, stream: int = 0) -> Any:

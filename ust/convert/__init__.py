@@ -82,6 +82,12 @@ def asarray(
     or DSL text) converts; ``dtype`` casts the values, ``index_dtype`` the index buffers
     (int32 / int64), ``device`` moves the buffers (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
     The caller's arrays are never modified.
+
+    Without ``index_dtype`` the result keeps the source's index dtype (widened to int64
+    where needed; int32 for small dense sources); an int32 that cannot hold the result's
+    coordinates or ``nse`` is a ShapeError naming int64, as is a target whose extent-sized
+    buffers (CSR's ``pos``, a dense or range level) would exceed the device's memory
+    (docs/storage.md, "Index dtype" and "Storage size").
     """
     from ust.formats.library import resolve
 

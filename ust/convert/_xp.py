@@ -18,6 +18,7 @@ import numpy as np
 
 __all__ = [
     "as_index",
+    "bucket_limit",
     "counting_sort",
     "device_of",
     "expand_segments",
@@ -30,6 +31,16 @@ __all__ = [
 
 #: Largest number of buckets one counting pass may use (memory: one index per bucket).
 _MAX_BUCKETS = 1 << 26
+#: Buckets a counting pass may always use, however few the keys.
+_MIN_BUCKETS = 1 << 16
+#: Buckets allowed per key: more would make a counting pass cost more than the keys' O(n) memory.
+_BUCKETS_PER_KEY = 4
+
+
+def bucket_limit(n: int) -> int:
+    """Most buckets a counting pass over ``n`` keys uses: its memory stays O(n) (a hypersparse
+    extent is sorted by comparison instead) and below ``_MAX_BUCKETS``."""
+    return min(_MAX_BUCKETS, max(_MIN_BUCKETS, _BUCKETS_PER_KEY * n))
 
 
 def is_cupy(a: Any) -> bool:
@@ -189,18 +200,8 @@ def counting_sort(xp: ModuleType, key: Any, nbuckets: int) -> tuple[Any, Any]:
     return perm, ptr
 
 
-def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
-    """Permutation that sorts entries lexicographically by ``keys`` (most significant first).
-
-    Stable (ties keep their order).  ``keys[k]`` lies in ``[0, extents[k])``.  Levels are
-    fused into as few keys as fit one counting pass (CPU) or one 64-bit radix sort (GPU), then
-    sorted least significant first.
-    """
-    n = int(keys[0].shape[0]) if keys else 0
-    if not keys or n <= 1:
-        return None
-    limit = _MAX_BUCKETS if xp is np else 2**62
-    # fuse from the most significant level down while the product of extents stays in limit
+def _fuse(keys: list[Any], extents: list[int], limit: int) -> list[tuple[Any, int]]:
+    """Adjacent keys fused (most significant first) while the product of extents stays in limit."""
     groups: list[tuple[Any, int]] = []
     cur, cur_ext = None, 1
     for k, ext in zip(keys, extents):
@@ -213,12 +214,35 @@ def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
                 groups.append((cur, cur_ext))
             cur, cur_ext = k, ext
     groups.append((cur, cur_ext))
-    if xp is not np and len(groups) == 1:
+    return groups
+
+
+def stable_order(xp: ModuleType, keys: list[Any], extents: list[int]) -> Any:
+    """Permutation that sorts entries lexicographically by ``keys`` (most significant first).
+
+    Stable (ties keep their order).  ``keys[k]`` lies in ``[0, extents[k])``.  Levels are
+    fused into as few keys as fit one counting pass (CPU) or one 64-bit radix sort (GPU), then
+    sorted least significant first.  A counting pass uses at most :func:`bucket_limit` buckets
+    (O(n) memory); keys of a wider extent (hypersparse shapes) are fused into 64-bit keys and
+    sorted by comparison, so the memory stays O(n) at any extent.
+    """
+    n = int(keys[0].shape[0]) if keys else 0
+    if not keys or n <= 1:
+        return None
+    if xp is np:
+        climit = bucket_limit(n)
+        groups = _fuse(keys, extents, climit)
+        if any(ext > climit for _, ext in groups):
+            groups = _fuse(keys, extents, 2**62)
+    else:
+        climit = 0
+        groups = _fuse(keys, extents, 2**62)
+    if len(groups) == 1 and (xp is not np or groups[0][1] > climit):
         return argsort_stable(xp, groups[0][0])
     perm = None
     for g, ext in reversed(groups):
         gk = g if perm is None else g[perm]
-        if xp is np:
+        if ext <= climit:
             p, _ = counting_sort(xp, gk, ext)
         else:
             p = argsort_stable(xp, gk)

@@ -45,9 +45,15 @@ def from_dense(arr: Any) -> Tensor:
 
 
 def todense(t: Tensor) -> Any:
-    """A new dense array of ``t.shape`` holding ``t``'s entries."""
+    """A new dense array of ``t.shape`` holding ``t``'s entries (a ShapeError, before any
+    work, where the array would not fit the device's memory)."""
     xp = t.xp
     fmt = t.format
+    nbytes = int(np.prod(t.shape, dtype=object)) * t.dtype.itemsize
+    if nbytes > (1 << 30):
+        from ust.convert.limits import check_bytes
+
+        check_bytes(xp, nbytes, f"a dense array of shape {t.shape} and dtype {t.dtype}")
     if fmt.is_dense and all(isinstance(lv.expr, Dim) for lv in fmt.levels):
         lvl_shape = fmt.lvl_shape(t.shape)
         order = [lv.expr.dim for lv in fmt.levels]  # type: ignore[union-attr]

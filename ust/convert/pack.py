@@ -20,6 +20,7 @@ import numpy as np
 
 from ust.convert import _xp
 from ust.convert.analysis import batch_levels, per_entry_start, sort_prefix
+from ust.convert.limits import check_bytes, check_index_dtype, default_index_dtype
 from ust.convert.unpack import Entries
 from ust.formats.model import Format, LevelFormat
 from ust.runtime.errors import FormatError
@@ -32,7 +33,6 @@ log = logging.getLogger("ust.convert")
 DEFAULT_MIN_PADDING = 1 << 22
 #: Padding allowed per stored entry by default.
 DEFAULT_PADDING_FACTOR = 16
-_I32_MAX = 2**31 - 1
 
 
 def padding_limit(n_entries: int, max_padding: int | None) -> int:
@@ -55,10 +55,24 @@ def _check_padding(fmt: Format, shape: tuple[int, ...], slots: int, n: int, max_
         )
 
 
-def choose_index_dtype(fmt: Format, shape: tuple[int, ...], counts: list[int]) -> np.dtype:
-    """int32 when every coordinate bound and position count fits, else int64."""
-    big = max([0, *counts, *(max(abs(lo), abs(hi)) for lo, hi in fmt.lvl_bounds(shape))])
-    return np.dtype(np.int32 if big <= _I32_MAX else np.int64)
+def choose_index_dtype(
+    fmt: Format, shape: tuple[int, ...], counts: list[int], source: Any = np.int32
+) -> np.dtype:
+    """int32 when every coordinate bound and position count fits (and the ``source`` index
+    dtype is int32), else int64: :func:`ust.convert.limits.default_index_dtype`."""
+    return default_index_dtype(source, fmt, shape, max([0, *counts]))
+
+
+def _result_index_dtype(
+    index_dtype: Any, source: Any, fmt: Format, shape: tuple[int, ...], counts: list[int], nse: int
+) -> np.dtype:
+    """The asked-for index dtype (checked: ShapeError where int32 cannot hold the result) or
+    the default rule's."""
+    if index_dtype is None:
+        return choose_index_dtype(fmt, shape, counts, source)
+    itype = np.dtype(index_dtype)
+    check_index_dtype(itype, fmt, shape, nse)  # every position is at most nse
+    return itype
 
 
 def _changes(xp: ModuleType, c: Any) -> Any:
@@ -88,8 +102,11 @@ def order_and_merge(ent: Entries, fmt: Format, *, merge: bool) -> tuple[list[Any
     ptr0 = None
     if p and ent.n > 1:
         done = None
-        if p == 1 and fmt.nlevels == 2:
-            # one compiled counting pass moves the other coordinate and the values along
+        dense0 = fmt.levels[0].format is LevelFormat.DENSE
+        if p == 1 and fmt.nlevels == 2 and (dense0 or extents[0] <= _xp.bucket_limit(ent.n)):
+            # one compiled counting pass moves the other coordinate and the values along (not
+            # for a compressed level 0 much wider than the entries: its buckets would cost
+            # O(extent) memory where the target stores O(nnz))
             done = _xp.bucket_sort(xp, c[0], extents[0], c[1], values)
         if done is not None:
             ptr0, c1, values = done
@@ -122,8 +139,12 @@ def pack(
     index_dtype: Any = None,
     prune: bool = False,
     max_padding: int | None = None,
+    source_index_dtype: Any = np.int32,
 ) -> Any:
-    """Build a :class:`~ust.tensor.Tensor` in ``fmt`` holding the entries ``ent``."""
+    """Build a :class:`~ust.tensor.Tensor` in ``fmt`` holding the entries ``ent``.
+
+    ``index_dtype`` (checked against the result: a ShapeError where int32 cannot hold it) or,
+    without it, ``source_index_dtype`` widened where the result needs int64."""
     from ust.tensor import Tensor
 
     xp = ent.xp
@@ -146,8 +167,8 @@ def pack(
         quick = _two_levels_from_buckets(xp, fmt, shape, ptr0, c[1], values, max_padding)
         if quick is not None:
             pos_q, crd_q, values, counts_q = quick
-            itype = (
-                np.dtype(index_dtype) if index_dtype is not None else choose_index_dtype(fmt, shape, counts_q)
+            itype = _result_index_dtype(
+                index_dtype, source_index_dtype, fmt, shape, counts_q, int(values.shape[0])
             )
             pos_q = [None if a is None else _xp.as_index(a, itype) for a in pos_q]
             crd_q = [None if a is None else _xp.as_index(a, itype) for a in crd_q]
@@ -223,9 +244,9 @@ def pack(
                 ptr = xp.concatenate([ptr0[:1], ptr0[1:][xp.diff(ptr0) > 0]])
         else:
             parents = pe if new_first is None else pe[new_first]
-            ptr = xp.zeros(P + 1, dtype=np.int64)
-            if Pk:
-                xp.cumsum(xp.bincount(parents, minlength=P), out=ptr[1:])
+            if P > (1 << 27):  # the parents' pointers: O(P) inherent (a dense level above)
+                check_bytes(xp, 8 * (P + 1), f"pos({k}) of a {shape} tensor as {_name(fmt)}")
+            ptr = _pointers(xp, parents, P, Pk)
         if f is LevelFormat.LOOSE_COMPRESSED:
             lohi = xp.empty(2 * P, dtype=np.int64)
             lohi[0::2] = ptr[:-1]
@@ -244,8 +265,8 @@ def pack(
             out = xp.zeros(P, dtype=values.dtype)
             out[pe] = values
             values = out
-    itype = (
-        np.dtype(index_dtype) if index_dtype is not None else choose_index_dtype(fmt, shape, counts_per_level)
+    itype = _result_index_dtype(
+        index_dtype, source_index_dtype, fmt, shape, counts_per_level, int(values.size)
     )
     pos = [None if a is None else _xp.as_index(a, itype) for a in pos]
     crd = [None if a is None else _xp.as_index(a, itype) for a in crd]
@@ -300,6 +321,29 @@ def _two_levels_from_buckets(
         out[pe] = values
         return [root, None], [crd0, None], out, [P0, P0 * S1]
     return None
+
+
+def _pointers(xp: ModuleType, parents: Any, P: int, n: int) -> Any:
+    """``pos`` of a compressed level: ``P + 1`` pointers from the (non-decreasing) parent
+    position of each of its ``n`` positions.  Few positions under many parents (a hypersparse
+    dense level above): the run lengths are scattered, so only the pointers cost O(P)."""
+    ptr = xp.zeros(P + 1, dtype=np.int64)
+    if not n:
+        return ptr
+    if 8 * n >= P:
+        xp.cumsum(xp.bincount(parents, minlength=P), out=ptr[1:])
+        return ptr
+    starts = xp.flatnonzero(_changes(xp, parents))
+    run_end = xp.empty(starts.shape[0], dtype=np.int64)
+    run_end[:-1] = starts[1:]
+    run_end[-1] = n
+    ptr[parents[starts].astype(np.int64) + 1] = run_end - starts
+    xp.cumsum(ptr, out=ptr)
+    return ptr
+
+
+def _name(fmt: Format) -> str:
+    return fmt.standard_name or fmt.map_text()
 
 
 def _shift(a: Any, lo: int) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ust.convert.dia import dia_to_compressed, is_dia
 from ust.convert.layouts import coordinate_twin, library_layout
+from ust.convert.limits import check_index_dtype, check_storage, default_index_dtype, min_value_slots
 from ust.formats.library import get as get_format
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
@@ -191,19 +192,19 @@ def convert(
     itype = None if index_dtype is None else np.dtype(index_dtype)
     if itype is not None and itype not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise UnsupportedError(f"index_dtype must be int32 or int64, not {itype}")
+    if itype is not None:  # the coordinates and value slots of the target must fit: before any work
+        check_index_dtype(itype, fmt, t.shape, min_value_slots(fmt, t.shape, t.nse))
     if fmt == t.format and route is None:
         if itype is None or itype == t.index_dtype:
             return t
-        return t._replace(
-            [None if a is None else a.astype(itype) for a in (t.pos(k) for k in range(fmt.nlevels))],
-            [None if a is None else a.astype(itype) for a in (t.crd(k) for k in range(fmt.nlevels))],
-            t.values,
-            itype,
-        )
+        return _cast_index(t, itype)
+    # O(extent) storage (CSR's pos, a dense or range level) that no machine holds: before any work
+    est = itype or default_index_dtype(t.index_dtype, fmt, t.shape, 0)
+    check_storage(t.xp, fmt, t.shape, t.nse, est, t.dtype)
     t0 = time.perf_counter()
     steps = plan_route(t, fmt, route)
     out = t
-    for kind, _name, fn, blocksize, step_fmt in steps:
+    for i, (kind, _name, fn, blocksize, step_fmt) in enumerate(steps):
         if kind == "library":
             out = _run_library(out, step_fmt, fn, blocksize, None)
         elif kind == "dia":
@@ -216,9 +217,18 @@ def convert(
             from ust.convert.pack import pack
             from ust.convert.unpack import unpack
 
-            out = pack(unpack(out), step_fmt, index_dtype=None, prune=prune, max_padding=max_padding)
-    if itype is not None and itype != out.index_dtype:
-        out = convert(out, fmt, index_dtype=itype)
+            last = i == len(steps) - 1
+            out = pack(
+                unpack(out),
+                step_fmt,
+                index_dtype=itype if last else None,
+                prune=prune,
+                max_padding=max_padding,
+                source_index_dtype=t.index_dtype,
+            )
+    want = itype or default_index_dtype(t.index_dtype, fmt, t.shape, _largest_count(out))
+    if want != out.index_dtype:
+        out = _cast_index(out, want)
     if log.isEnabledFor(logging.INFO):
         log.info(
             "convert %s -> %s on %s: %s (%d entries, %.3f ms)",
@@ -230,6 +240,30 @@ def convert(
             1e3 * (time.perf_counter() - t0),
         )
     return out
+
+
+def _largest_count(t: Tensor, *, with_pos: bool = True) -> int:
+    """The largest length of ``t``'s value and coordinate buffers (it bounds every position a
+    ``pos`` buffer holds) and, ``with_pos``, of its ``pos`` buffers too (the count the default
+    rule sizes kernels' position arithmetic by)."""
+    sizes = [int(t.values.size)]
+    for k in range(t.format.nlevels):
+        for a in (t.pos(k) if with_pos else None, t.crd(k)):
+            if a is not None:
+                sizes.append(int(a.size))
+    return max(sizes)
+
+
+def _cast_index(t: Tensor, itype: np.dtype) -> Tensor:
+    """``t`` with its index buffers in ``itype`` (a ShapeError where int32 cannot hold them)."""
+    check_index_dtype(itype, t.format, t.shape, _largest_count(t, with_pos=False))
+    nl = t.format.nlevels
+    return t._replace(
+        [None if a is None else a.astype(itype) for a in (t.pos(k) for k in range(nl))],
+        [None if a is None else a.astype(itype) for a in (t.crd(k) for k in range(nl))],
+        t.values,
+        itype,
+    )
 
 
 def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.dtype | None) -> Tensor:

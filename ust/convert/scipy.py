@@ -160,6 +160,10 @@ def _from_dia(A: Any, shape: tuple[int, ...]) -> Tensor:
     if data.ndim != 2 or data.shape[0] != nd:
         raise ShapeError(f"dia data has shape {data.shape}, expected ({nd}, width)")
     if data.shape[1] != N or not data.flags.c_contiguous:
+        if nd * N * data.dtype.itemsize > (1 << 30):
+            from ust.convert.limits import check_bytes
+
+            check_bytes(np, nd * N * data.dtype.itemsize, f"a {shape} dia matrix's {nd} full diagonals")
         full = np.zeros((nd, N), dtype=data.dtype)
         w = min(N, data.shape[1])
         full[:, :w] = data[:, :w]

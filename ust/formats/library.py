@@ -18,7 +18,8 @@ from typing import Any
 
 from ust.formats.model import FloorDiv, Format, LevelFormat, Mod, build_format
 from ust.grammar import ast
-from ust.runtime.errors import FormatError
+from ust.grammar.ast import MAX_INT
+from ust.runtime.errors import FormatError, InvalidTypeError, UstError, UstSyntaxError
 
 __all__ = [
     "FormatTemplate",
@@ -57,8 +58,15 @@ class FormatTemplate:
         for a in args:
             if isinstance(a, bool) or not isinstance(a, int):
                 raise FormatError(
-                    f"[bad-parameter] {self.name} parameters must be integers, got {a!r}",
+                    f"[bad-parameter] {self.name} parameters must be integers, got {_short(a)}",
                     rule="bad-parameter",
+                )
+            if not -MAX_INT - 1 <= a <= MAX_INT:
+                raise FormatError(
+                    f"[integer-range] {self.name} parameter {_short(a)} is out of range; integers in the "
+                    f"format language are at most 2**63 - 1 = {MAX_INT} (a block size beyond int64 is "
+                    "meaningless)",
+                    rule="integer-range",
                 )
         return _instantiate(self, tuple(args))
 
@@ -112,16 +120,42 @@ def _from_file_ast(tree: ast.FileAST) -> dict[str, Format | FormatTemplate]:
 
 
 def parse_formats(text: str) -> dict[str, Format | FormatTemplate]:
-    """Parse a file of declarations: a mapping name -> Format (or FormatTemplate)."""
+    """Parse a file of declarations: a mapping name -> Format (or FormatTemplate).
+
+    ``text`` must be a ``str`` (else :class:`~ust.runtime.errors.InvalidTypeError`); its limits
+    (length, nesting, integers up to 2**63 - 1) are those of :mod:`ust.grammar.parser`.
+    """
     from ust.grammar.parser import parse_file
 
     return _from_file_ast(parse_file(text))
 
 
 def load_formats(path: str | os.PathLike[str]) -> dict[str, Format | FormatTemplate]:
-    """Read and parse a ``.ust`` file of declarations."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_formats(fh.read())
+    """Read and parse a ``.ust`` file of declarations (UTF-8 text, a byte-order mark allowed).
+
+    A file that is not UTF-8 raises :class:`~ust.runtime.errors.UstSyntaxError` naming the
+    path, line and column of the first bad byte; a missing file raises ``FileNotFoundError``.
+    Errors in the declarations carry a note naming the path.
+    """
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UstSyntaxError(
+            f"{os.fspath(path)}: line {line}, column {column}: not UTF-8 text "
+            f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            line=line,
+            column=column,
+        ) from None
+    try:
+        return parse_formats(text)
+    except UstError as exc:
+        if hasattr(exc, "add_note"):  # Python 3.11+: tracebacks name the file
+            exc.add_note(f"in {os.fspath(path)}")
+        raise
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,6 +173,14 @@ _NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[([^\[\]()]*)\]|\(([^
 _INT_RE = re.compile(r"\s*[0-9]+\s*")
 
 
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut in the middle when long (a 5000-digit integer is never printed whole)."""
+    if isinstance(value, int) and value.bit_length() > 4 * limit:  # repr() of a huge int may fail
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
+
+
 def _template_args(name: str, raw: str) -> tuple[int, ...]:
     """``"2, 3"`` -> ``(2, 3)``; anything but comma-separated integers is a FormatError."""
     if not raw.strip():
@@ -146,10 +188,21 @@ def _template_args(name: str, raw: str) -> tuple[int, ...]:
     pieces = raw.split(",")
     if not all(_INT_RE.fullmatch(p) for p in pieces):
         raise FormatError(
-            f"[bad-parameter] {name}: template arguments must be comma-separated integers, got {raw!r}",
+            f"[bad-parameter] {name}: template arguments must be comma-separated integers, got {_short(raw)}",
             rule="bad-parameter",
         )
-    return tuple(int(p) for p in pieces)
+    out = []
+    for k, p in enumerate(pieces):
+        digits = p.strip().lstrip("0") or "0"
+        if len(digits) > len(str(MAX_INT)) or int(digits) > MAX_INT:  # checked before int(): no digit limit
+            raise FormatError(
+                f"[integer-range] {name}: template argument {k + 1} ({_short(digits)}, {len(digits)} digits) "
+                f"is out of range; integers in the format language are at most 2**63 - 1 = {MAX_INT} "
+                "(a block size beyond int64 is meaningless)",
+                rule="integer-range",
+            )
+        out.append(int(digits))
+    return tuple(out)
 
 
 def format(text: str) -> Format:  # noqa: A001 - the public name is ust.format
@@ -162,7 +215,9 @@ def format(text: str) -> Format:  # noqa: A001 - the public name is ust.format
     if isinstance(text, Format):
         return text
     if not isinstance(text, str):
-        raise TypeError(f"ust.format expects a str, not {type(text).__name__}")
+        raise InvalidTypeError(
+            f"ust.format expects a str (DSL text or a standard name), not {type(text).__name__}"
+        )
     return _format_from_text(text)
 
 
@@ -218,7 +273,9 @@ def resolve(fmt: Any) -> Format:
         return fmt
     if isinstance(fmt, str):
         return format(fmt)
-    raise TypeError(f"a format must be a ust Format, a standard name or DSL text, not {type(fmt).__name__}")
+    raise InvalidTypeError(
+        f"a format must be a ust Format, a standard name or DSL text, not {type(fmt).__name__}"
+    )
 
 
 def _constants(fmt: Format) -> list[int]:

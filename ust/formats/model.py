@@ -19,6 +19,8 @@ from ust.grammar import ast
 from ust.runtime.errors import FormatError, ShapeError
 
 __all__ = [
+    "MAX_DIMS",
+    "MAX_LEVELS",
     "Add",
     "Dim",
     "FloorDiv",
@@ -372,7 +374,15 @@ def _operand(value: ast.Operand, params: Mapping[str, int], k: int, where: Any) 
             )
         value = params[value]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail("bad-parameter", f"parameter value {value!r} is not an integer", k, where)
+        raise _fail("bad-parameter", f"parameter value {type(value).__name__} is not an integer", k, where)
+    if not -ast.MAX_INT - 1 <= value <= ast.MAX_INT:
+        raise _fail(
+            "integer-range",
+            f"parameter value of {value.bit_length()} bits is out of range; integers in the format "
+            f"language are at most 2**63 - 1 = {ast.MAX_INT} (a block size beyond int64 is meaningless)",
+            k,
+            where,
+        )
     return value
 
 
@@ -590,6 +600,11 @@ def _invert(
     return tuple((d, recipes[d]) for d in order)
 
 
+#: The most dimensions / levels a format may have (NumPy arrays have at most 64 dimensions;
+#: a blocked format has up to two levels per dimension).
+MAX_DIMS = 64
+MAX_LEVELS = 128
+
 #: The other keys of MLIR's ``#sparse_tensor.encoding`` (kept in ``Format.attributes``) and
 #: the bit widths MLIR accepts for positions and coordinates (0 = the index width).
 _ATTRIBUTE_KEYS = ("posWidth", "crdWidth", "explicitVal", "implicitVal")
@@ -627,6 +642,13 @@ def build_format(
         spec = spec.map
         _check_attributes(attributes, spec)
     names = spec.dims
+    if len(names) > MAX_DIMS or len(spec.levels) > MAX_LEVELS:
+        raise _fail(
+            "too-many-levels",
+            f"a format has at most {MAX_DIMS} dimensions and {MAX_LEVELS} levels "
+            f"(ust.formats.model.MAX_DIMS / MAX_LEVELS), got {len(names)} and {len(spec.levels)}",
+            where=spec,
+        )
     seen: set[str] = set()
     for nm in names:
         if nm in seen:

@@ -7,9 +7,14 @@ and nothing more; meaning and validation belong to :mod:`ust.formats.model`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 #: A divisor or structured argument: an integer, or the name of a declaration parameter.
 Operand = int | str
+
+#: The largest integer the format language takes (int64): a block size or ``structured[n, m]``
+#: beyond it is meaningless.  The parser checks the digits before converting them.
+MAX_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ class Num:
     """A numeric literal."""
 
     value: float
+    #: Nesting depth of the tree rooted here (a leaf is 1); see :class:`BinOp`.
+    depth: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
@@ -120,15 +127,25 @@ class Var:
     """A name: the op's value (``y``) or a named scalar parameter."""
 
     name: str
+    depth: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
 class BinOp:
-    """``left op right`` for op in + - * / ** and the comparisons."""
+    """``left op right`` for op in + - * / ** and the comparisons.
+
+    ``depth`` (1 + the deepest child's, computed on construction in O(1), not part of
+    equality) lets the parser refuse a tree too deep for the recursive walkers that
+    consume it before any of them runs.
+    """
 
     op: str
     left: ExprAST
     right: ExprAST
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + max(self.left.depth, self.right.depth))
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,10 @@ class Neg:
     """``-operand``."""
 
     operand: ExprAST
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + self.operand.depth)
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,10 @@ class Call:
 
     fn: str
     args: tuple[ExprAST, ...]
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + max((a.depth for a in self.args), default=0))
 
 
 ExprAST = Num | Var | BinOp | Neg | Call

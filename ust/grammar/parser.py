@@ -3,11 +3,28 @@
 The LALR parser is built once per process, on first use (building it costs a few
 milliseconds; importing ust must not).  Lark's exceptions are turned into
 :class:`~ust.runtime.errors.UstSyntaxError` with a caret excerpt and the expected tokens.
+
+Limits (checked before anything walks a tree recursively; the LALR parser itself keeps an
+explicit stack and never recurses):
+
+* text length: :data:`MAX_EPILOG_LENGTH` characters for an epilogue, :data:`MAX_SPEC_LENGTH`
+  for one format, :data:`MAX_FILE_LENGTH` for a file of declarations -- a UstSyntaxError;
+* nesting: :data:`MAX_DEPTH` levels of parentheses (counted on the text) and of operators
+  and calls (a chain ``y + y + ... + y`` of N operators nests N deep; counted while the
+  parser builds the tree, one integer per node) -- a UstSyntaxError;
+* integers (block sizes, ``structured[n, m]``): at most :data:`MAX_INT` = 2**63 - 1, checked
+  on the digits before they are converted -- a :class:`~ust.runtime.errors.FormatError`
+  (rule ``integer-range``) naming the line and column;
+* epilogue numbers: finite as a double (``1e999`` is refused) -- a UstSyntaxError;
+* the text must be a ``str``: anything else is an :class:`~ust.runtime.errors.InvalidTypeError`
+  (also a ``TypeError``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import re
 from importlib import resources
 from typing import Any
 
@@ -16,9 +33,33 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from ust.grammar import ast
 from ust.grammar.lexer import install_fast_lexer
-from ust.runtime.errors import UstSyntaxError
+from ust.runtime.errors import FormatError, InvalidTypeError, UstSyntaxError
 
-__all__ = ["parse_epilog", "parse_file", "parse_spec"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_EPILOG_LENGTH",
+    "MAX_FILE_LENGTH",
+    "MAX_INT",
+    "MAX_SPEC_LENGTH",
+    "parse_epilog",
+    "parse_file",
+    "parse_spec",
+]
+
+#: The deepest an expression may nest: parentheses, and operators and calls in the tree.
+MAX_DEPTH = 100
+#: The longest epilogue text, in characters.
+MAX_EPILOG_LENGTH = 10_000
+#: The longest single format text (a map or a ``#sparse_tensor.encoding``), in characters.
+MAX_SPEC_LENGTH = 100_000
+#: The longest file of declarations, in characters.
+MAX_FILE_LENGTH = 10_000_000
+MAX_INT = ast.MAX_INT
+_MAX_INT_DIGITS = len(str(MAX_INT))
+_LIMITS = {"epilog": MAX_EPILOG_LENGTH, "single": MAX_SPEC_LENGTH, "file": MAX_FILE_LENGTH}
+_WHAT = {"epilog": "an epilogue", "single": "a format", "file": "a file of declarations"}
+_PARENS = re.compile(r"[()]")
+_EXCERPT_WIDTH = 100  # characters of the offending line shown in an error
 
 # Friendly names for the grammar's terminals in "expected ..." messages.
 _TOKEN_NAMES = {
@@ -73,12 +114,44 @@ def _pos(tok: Any) -> tuple[int, int]:
     return int(getattr(tok, "line", 0) or 0), int(getattr(tok, "column", 0) or 0)
 
 
+class _Positioned(Exception):
+    """Raised inside the parser (which does not see the text); :func:`_parse` adds the excerpt."""
+
+    def __init__(self, message: str, line: int, column: int, *, rule: str = "") -> None:
+        super().__init__(message)
+        self.message, self.line, self.column, self.rule = message, line, column, rule
+
+
+def _deep(node: ast.ExprAST) -> ast.ExprAST:
+    if node.depth > MAX_DEPTH:
+        raise _Positioned(
+            f"the expression is nested too deeply: more than {MAX_DEPTH} levels of operators or "
+            f"calls (a chain of N operators nests N deep); the limit is "
+            f"ust.grammar.parser.MAX_DEPTH = {MAX_DEPTH}",
+            0,
+            0,
+        )
+    return node
+
+
 @v_args(inline=True)
 class _ToAst(Transformer):
     """Lark tree -> frozen dataclasses; no semantics here."""
 
     def int_operand(self, tok: Token) -> int:
-        return int(tok)
+        digits = str(tok).lstrip("0") or "0"
+        if len(digits) > _MAX_INT_DIGITS or int(digits) > MAX_INT:
+            line, col = _pos(tok)
+            shown = digits if len(digits) <= 24 else f"{digits[:10]}...{digits[-10:]} ({len(digits)} digits)"
+            raise _Positioned(
+                f"[integer-range] line {line}, column {col}: the integer {shown} is out of range; "
+                f"integers in the format language are at most 2**63 - 1 = {MAX_INT} (a block size or "
+                "structured[n, m] beyond int64 is meaningless)",
+                line,
+                col,
+                rule="integer-range",
+            )
+        return int(digits)
 
     def param_operand(self, tok: Token) -> str:
         return str(tok)
@@ -150,34 +223,45 @@ class _ToAst(Transformer):
 
     # -- epilogue expressions
     def number_e(self, tok: Token) -> ast.ExprAST:
-        return ast.Num(float(tok))
+        value = float(tok)  # no digit limit for floats; overflow gives inf, refused here
+        if not math.isfinite(value):
+            line, col = _pos(tok)
+            text = str(tok)
+            shown = text if len(text) <= 24 else f"{text[:10]}...{text[-10:]} ({len(text)} characters)"
+            raise _Positioned(
+                f"line {line}, column {col}: the number {shown} is out of range of a double "
+                f"(at most about 1.8e308)",
+                line,
+                col,
+            )
+        return ast.Num(value)
 
     def name_e(self, tok: Token) -> ast.ExprAST:
         return ast.Var(str(tok))
 
     def call_e(self, name: Token, *args: ast.ExprAST) -> ast.ExprAST:
-        return ast.Call(str(name), tuple(args))
+        return _deep(ast.Call(str(name), tuple(args)))
 
     def compare_e(self, a: ast.ExprAST, op: Token, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp(str(op), a, b)
+        return _deep(ast.BinOp(str(op), a, b))
 
     def add_e(self, a: ast.ExprAST, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp("+", a, b)
+        return _deep(ast.BinOp("+", a, b))
 
     def sub_e(self, a: ast.ExprAST, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp("-", a, b)
+        return _deep(ast.BinOp("-", a, b))
 
     def mul_e(self, a: ast.ExprAST, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp("*", a, b)
+        return _deep(ast.BinOp("*", a, b))
 
     def div_e(self, a: ast.ExprAST, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp("/", a, b)
+        return _deep(ast.BinOp("/", a, b))
 
     def pow_e(self, a: ast.ExprAST, b: ast.ExprAST) -> ast.ExprAST:
-        return ast.BinOp("**", a, b)
+        return _deep(ast.BinOp("**", a, b))
 
     def neg_e(self, a: ast.ExprAST) -> ast.ExprAST:
-        return ast.Neg(a)
+        return _deep(ast.Neg(a))
 
     def epilog(self, e: ast.ExprAST) -> ast.ExprAST:
         return e
@@ -240,16 +324,60 @@ def _excerpt(text: str, line: int, column: int) -> str:
     """The offending source line and a caret under ``column`` (both 1-based)."""
     lines = text.split("\n")
     src_line = lines[line - 1] if 0 < line <= len(lines) else ""
-    return f"    {src_line}\n    {' ' * max(column - 1, 0)}^"
+    col = max(column - 1, 0)
+    if len(src_line) > _EXCERPT_WIDTH:  # a window around the column, never a 5000-digit line
+        lo = max(col - _EXCERPT_WIDTH // 2, 0)
+        hi = min(lo + _EXCERPT_WIDTH, len(src_line))
+        head, tail = ("..." if lo > 0 else ""), ("..." if hi < len(src_line) else "")
+        src_line, col = f"{head}{src_line[lo:hi]}{tail}", col - lo + len(head)
+    return f"    {src_line}\n    {' ' * col}^"
+
+
+def _line_col(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def _check_limits(text: str, start: str) -> None:
+    """Length and parenthesis depth, on the text, before the parser runs."""
+    limit = _LIMITS[start]
+    if len(text) > limit:
+        raise UstSyntaxError(
+            f"{_WHAT[start]} of {len(text)} characters is too long; the limit is {limit} characters",
+            line=1,
+            column=1,
+        )
+    if text.count("(") <= MAX_DEPTH:
+        return
+    depth = 0
+    for m in _PARENS.finditer(text):
+        depth = depth + 1 if m.group() == "(" else max(depth - 1, 0)
+        if depth > MAX_DEPTH:
+            line, col = _line_col(text, m.start())
+            raise UstSyntaxError(
+                f"line {line}, column {col}: the expression is nested too deeply: more than "
+                f"{MAX_DEPTH} levels of parentheses; the limit is ust.grammar.parser.MAX_DEPTH = "
+                f"{MAX_DEPTH}\n{_excerpt(text, line, col)}",
+                line=line,
+                column=col,
+                text=text,
+            )
 
 
 def _parse(text: str, start: str) -> Any:
     if not isinstance(text, str):
-        raise UstSyntaxError(f"format text must be a str, not {type(text).__name__}")
+        what = "an epilogue" if start == "epilog" else "format text"
+        raise InvalidTypeError(f"{what} must be a str, not {type(text).__name__}")
+    _check_limits(text, start)
     try:
         return _parser().parse(text, start=start)
     except UnexpectedInput as err:
         raise _syntax_error(text, err) from None
+    except _Positioned as err:
+        msg = err.message if err.line <= 0 else f"{err.message}\n{_excerpt(text, err.line, err.column)}"
+        if err.rule:
+            raise FormatError(msg, rule=err.rule) from None
+        raise UstSyntaxError(msg, line=err.line, column=err.column, text=text) from None
     except UstSyntaxError as err:
         if err.source_text:
             raise

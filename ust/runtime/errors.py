@@ -11,8 +11,10 @@ from __future__ import annotations
 __all__ = [
     "BackendUnavailableError",
     "DeviceError",
+    "FileFormatError",
     "FormatError",
     "InvalidStateError",
+    "InvalidTypeError",
     "InvalidValueError",
     "ShapeError",
     "SingularMatrixError",
@@ -56,6 +58,19 @@ class FormatError(UstError, ValueError):
         self.level = level
 
 
+class FileFormatError(FormatError):
+    """A file that cannot be read: corrupt, truncated, or breaking its format's rules.
+
+    ``path`` is the file and ``line`` the 1-based line of a text file (0 where no line
+    applies); the message starts with the path and names the line.
+    """
+
+    def __init__(self, message: str, *, path: str = "", line: int = 0, rule: str = "") -> None:
+        super().__init__(message, rule=rule)
+        self.path = path
+        self.line = line
+
+
 class UnsupportedError(UstError, NotImplementedError):
     """A combination ust does not support; the message lists what is supported."""
 
@@ -70,6 +85,10 @@ class DeviceError(UstError, ValueError):
 
 class InvalidValueError(UstError, ValueError):
     """Values an operation cannot use: NaN or Inf in a matrix or right-hand side, a bad option value."""
+
+
+class InvalidTypeError(UstError, TypeError):
+    """An argument of the wrong Python type: ``ust.format(b"...")``, ``asarray(x, format=123)``."""
 
 
 class InvalidStateError(UstError, RuntimeError):

@@ -21,7 +21,7 @@ import numpy as np
 from ust.codegen.cache import Memo
 from ust.codegen.emit_c import c_abi, emit_c
 from ust.codegen.ir import Kernel
-from ust.codegen.launch import Launch, kernel_scalar, prepare
+from ust.codegen.launch import Launch, array_layout, kernel_scalar, prepare
 from ust.codegen.lower import lower
 from ust.formats.model import Format
 
@@ -67,8 +67,8 @@ class CKernel:
                 p = k.param(name)
                 want = np.dtype(p.dtype) if p.kind == "ibuf" else vt
                 if name in ("x", "y0", "y"):  # laid out by launch.prepare / run_launch
-                    if not isinstance(arr, np.ndarray) or arr.dtype != want:
-                        raise TypeError(f"buffer {name} must be a {want} NumPy array")
+                    if not isinstance(arr, np.ndarray) or arr.dtype != want or array_layout(arr) is None:
+                        raise TypeError(f"buffer {name} must be a contiguous {want} NumPy array")
                 else:
                     arr = np.ascontiguousarray(arr, dtype=want)
                 keep.append(arr)
@@ -193,8 +193,6 @@ def run_launch(fmt: Format, launch: Launch, out: np.ndarray | None = None, order
 
 
 def _fits(a: np.ndarray, layout: str) -> bool:
-    from ust.codegen.launch import array_layout
-
     return array_layout(a) == layout
 
 

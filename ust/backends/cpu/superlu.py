@@ -19,9 +19,9 @@ import scipy
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
-from ust.runtime.errors import SingularMatrixError, UnsupportedError
+from ust.runtime.errors import ShapeError, SingularMatrixError, UnsupportedError
 
-__all__ = ["ORDERINGS", "SuperLUFactorization", "choose_ordering"]
+__all__ = ["ORDERINGS", "SMALL_PIVOT", "SuperLUFactorization", "check_permutation", "choose_ordering"]
 
 # ust reordering name -> SuperLU permc_spec.  "default" is chosen per matrix (choose_ordering).
 ORDERINGS = {
@@ -33,6 +33,26 @@ ORDERINGS = {
     "none": "NATURAL",
 }
 _SYMMETRIC_TYPES = frozenset({"symmetric", "spd", "hermitian", "hpd"})
+
+#: A pivot ``|U_ii| <= SMALL_PIVOT[itemsize of the real type] * ||A||_inf`` counts as small:
+#: the CPU's counterpart of the pivots cuDSS perturbs (its default pivot epsilon is 1e-13
+#: for double precision), reported as ``small_pivots`` and used by the solution check.
+SMALL_PIVOT = {8: 1e-13, 4: 1e-5}
+
+
+def check_permutation(perm: Any, n: int, what: str = "the permutation") -> np.ndarray:
+    """``perm`` as an int64 array if it is a permutation of ``range(n)``, else ShapeError."""
+    arr = np.asarray(perm)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ShapeError(f"{what} has shape {arr.shape}; a permutation of {n} rows has shape ({n},)")
+    if arr.dtype.kind not in "iu":
+        raise ShapeError(f"{what} has dtype {arr.dtype}; it must hold integers")
+    out = arr.astype(np.int64)
+    if n and (int(out.min()) < 0 or int(out.max()) >= n):
+        raise ShapeError(f"{what} holds values outside 0 ... {n - 1}")
+    if np.bincount(out, minlength=n).max(initial=1) != 1:
+        raise ShapeError(f"{what} repeats a value: it is not a permutation of 0 ... {n - 1}")
+    return out
 
 
 def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
@@ -113,7 +133,7 @@ class SuperLUFactorization:
     def analyze(self, user_perm: np.ndarray | None = None) -> dict[str, Any]:
         """Find the ordering (a saved one is taken as is); returns facts for PlanInfo."""
         if user_perm is not None:
-            self.perm = np.asarray(user_perm, dtype=np.int64)
+            self.perm = check_permutation(user_perm, self.n, "the saved permutation")
             self._lu, self._direct = None, False
             return {"ordering": f"{self.settings.spec} (saved plan)"}
         self._lu = self._splu(self.a, self.settings.spec)
@@ -139,15 +159,30 @@ class SuperLUFactorization:
         self.a = a
         self._lu = None
 
+    def small_pivots(self, u_diagonal: np.ndarray) -> int:
+        """How many pivots are at or below ``SMALL_PIVOT * ||A||_inf`` (see :data:`SMALL_PIVOT`)."""
+        if not u_diagonal.size:
+            return 0
+        a = self.a
+        norm = float(abs(a).sum(axis=1).max()) if a.nnz else 0.0
+        eps = SMALL_PIVOT[8 if np.finfo(u_diagonal.dtype).bits >= 64 else 4]
+        return int(np.count_nonzero(np.abs(u_diagonal) <= eps * norm))
+
     def factor_facts(self) -> dict[str, Any]:
         lu = self._lu
-        facts: dict[str, Any] = {"lu_nnz": int(lu.L.nnz + lu.U.nnz), "npivots": None, "inertia": None}
+        u = lu.U
+        facts: dict[str, Any] = {
+            "lu_nnz": int(lu.L.nnz + u.nnz),
+            "npivots": None,
+            "inertia": None,
+            "small_pivots": self.small_pivots(u.diagonal()),
+        }
         if self.settings.symmetric:
             # Sylvester: with P A P^T = L U and symmetric pivoting only, the signs of diag(U) are A's inertia.
             swapped = int((lu.perm_r != lu.perm_c).sum())
             facts["npivots"] = swapped
             if swapped == 0:
-                d = lu.U.diagonal().real
+                d = u.diagonal().real
                 facts["inertia"] = (int((d > 0).sum()), int((d < 0).sum()))
         return facts
 

@@ -528,7 +528,17 @@ class CudssFactorization:
         )
 
     def set_user_permutation(self, perm: np.ndarray) -> None:
-        self._set_int32("user_perm", perm)
+        """Hand a saved reordering to the next analysis: a permutation of ``range(n)``, checked here
+        (cuDSS itself does not check it)."""
+        arr = np.asarray(perm)
+        n = self.n
+        ok = arr.ndim == 1 and arr.shape[0] == n and arr.dtype.kind in "iu"
+        if ok and n:
+            v = arr.astype(np.int64)
+            ok = int(v.min()) >= 0 and int(v.max()) < n and bool((np.bincount(v, minlength=n) == 1).all())
+        if not ok:
+            raise CudssError(f"the user permutation is not a permutation of 0 ... {n - 1}", 3)
+        self._set_int32("user_perm", arr)
 
     def nd_partition_tree(self) -> np.ndarray | None:
         """The nested-dissection partition tree of the analysis (``2**levels - 1`` int32), or None.
@@ -550,10 +560,13 @@ class CudssFactorization:
 
     def set_user_partition_tree(self, tree: np.ndarray) -> None:
         """Hand a saved partition tree to the next analysis (with :meth:`set_user_permutation`)."""
-        size = int(np.shape(tree)[0])
+        arr = np.asarray(tree)
+        size = int(arr.shape[0]) if arr.ndim == 1 else 0
         levels = (size + 1).bit_length() - 1
-        if size != (1 << levels) - 1:
+        if size < 1 or size != (1 << levels) - 1:
             raise CudssError(f"a partition tree has 2**levels - 1 entries, not {size}", 3)
+        if arr.dtype.kind not in "iu" or int(arr.min()) < -(2**31) or int(arr.max()) >= 2**31:
+            raise CudssError("a partition tree holds int32 values", 3)
         self.lib.config_set(self._config.value or 0, "nd_nlevels", levels)
         self._set_int32("user_nd_partition_tree", tree)
 
@@ -661,8 +674,8 @@ class CudssBatchFactorization(CudssFactorization):
     def set_values(self, data: Any) -> None:
         raise NotImplementedError("new values for a batch: create a new batch")
 
-    def info(self) -> int:
-        """The largest CUDSS_DATA_INFO over the batch (cuDSS may report one value or one per member)."""
+    def _per_member(self, name: str) -> np.ndarray:
+        """An int32 CUDSS_DATA_* value over the batch: one per member, or one for all of them."""
         out = np.zeros(self.batch, dtype=np.int32)
         written = _c_size_t()
         try:
@@ -670,16 +683,23 @@ class CudssBatchFactorization(CudssFactorization):
                 "cudssDataGet",
                 self.handle,
                 self._data,
-                DATA_PARAM["info"][0],
+                DATA_PARAM[name][0],
                 out.ctypes.data,
                 out.nbytes,
                 ctypes.byref(written),
-                what="INFO",
+                what=name.upper(),
             )
         except CudssError:  # a release that wants exactly one int
-            return super().info()
-        count = max(1, int(written.value) // 4)
-        return int(out[:count].max())
+            return self.get(name)
+        return out[: max(1, int(written.value) // 4)]
+
+    def info(self) -> int:
+        """The largest CUDSS_DATA_INFO over the batch (cuDSS may report one value or one per member)."""
+        return int(self._per_member("info").max())
+
+    def npivots(self) -> int:
+        """The perturbed pivots over the whole batch (CUDSS_DATA_NPIVOTS summed over what cuDSS reports)."""
+        return int(self._per_member("npivots").sum())
 
     def set_rhs(self, b: Any, x: Any) -> None:
         """``b`` and ``x``: lists of 2-D column-major CuPy arrays, one per member."""

@@ -10,8 +10,11 @@ from typing import Any
 
 from ust.backends.cuda import cusparse
 from ust.runtime.errors import UnsupportedError
+from ust.runtime.log import get_logger
 
 __all__ = ["CusparseMatmul", "descriptor_for"]
+
+_log = get_logger("backends.cuda.cusparse")
 
 
 def descriptor_for(a: Any, klass: str, params: tuple[int, ...]) -> cusparse.SparseDescriptor:
@@ -31,31 +34,121 @@ def descriptor_for(a: Any, klass: str, params: tuple[int, ...]) -> cusparse.Spar
 
 
 class CusparseMatmul:
+    """``out = alpha * A @ b + beta * c`` through one cuSPARSE SpMV / SpMM call.
+
+    Dense operands reach cuSPARSE through a bare pointer (a vector) or a pointer with a
+    leading dimension (a row- or column-major matrix), so ``b`` is normalised by
+    :func:`ust.codegen.launch.dense_operand` (a no-op for the contiguous arrays ``Matmul``
+    passes), a strided ``out`` gets a contiguous temporary copied back, and the dense
+    descriptors are rebuilt when a layout changes.  Should cuSPARSE refuse column-major
+    operands for an algorithm, row-major copies are used instead.
+
+    cuSPARSE's BSR kernels multiply the zero fill of every block, so ``0 * inf`` would put a
+    NaN where SciPy's CSR has none: for a format with padding each run first checks that
+    ``b`` is finite (one reduction and a synchronisation) and otherwise runs the generated
+    kernel, which skips padding.
+    """
+
     route = "cusparse"
 
     def __init__(
         self, a: Any, klass: str, params: tuple[int, ...], b: Any, out: Any, alpha: complex, beta: complex,
         algorithm: int | None, device_id: int,
     ) -> None:  # fmt: skip
+        from ust.codegen.lower import has_padding
+
+        self.a = a
         self.descriptor = descriptor_for(a, klass, params)
         table = cusparse.SPMV_ALGORITHMS if b.ndim == 1 else cusparse.SPMM_ALGORITHMS
         self.algorithms = table[klass]
         self.algorithm = self.algorithms[0] if algorithm is None else algorithm
-        plan_cls = cusparse.SpMVPlan if b.ndim == 1 else cusparse.SpMMPlan
-        self.plan = plan_cls(self.descriptor, b, out, alpha, beta, self.algorithm, device_id)
-        self.beta = beta
+        self.alpha, self.beta, self.device_id = alpha, beta, device_id
+        self.padded = has_padding(a.format)
+        self._guarded: Any = None
+        self._row_only = False
+        self._layouts: tuple[str | None, str | None] = (None, None)
+        self.plan: Any = None
+        self._with_fallback(lambda: self._make_plan(*self._operands(b, out)), b, out)
         self.out = out
 
+    def _with_fallback(self, step: Any, b: Any, out: Any) -> Any:
+        """Run ``step``; if cuSPARSE refuses column-major operands, again with row-major copies."""
+        from ust.codegen.launch import array_layout
+
+        try:
+            return step()
+        except cusparse.CusparseError:
+            if self._row_only or "col" not in (array_layout(b), array_layout(out)):
+                raise
+            _log.info("cuSPARSE refused column-major dense operands; using row-major copies")
+            self._row_only = True
+            return step()
+
+    def _operands(self, b: Any, out: Any) -> tuple[Any, Any]:
+        """(b, the array cuSPARSE writes) in layouts this plan takes (copies only where needed)."""
+        import cupy
+
+        from ust.codegen.launch import array_layout, dense_operand
+
+        layouts = ("row",) if self._row_only else ("row", "col")
+        b = dense_operand(cupy, b, out.dtype, layouts)
+        if array_layout(out) in layouts:
+            return b, out
+        return b, cupy.empty(out.shape, dtype=out.dtype)
+
+    def _make_plan(self, b: Any, target: Any) -> None:
+        from ust.codegen.launch import array_layout
+
+        if self.plan is not None:
+            self.plan.destroy()
+            self.plan = None
+        plan_cls = cusparse.SpMVPlan if b.ndim == 1 else cusparse.SpMMPlan
+        self.plan = plan_cls(
+            self.descriptor, b, target, self.alpha, self.beta, self.algorithm, self.device_id
+        )
+        self._layouts = (array_layout(b), array_layout(target))
+
+    def _finite(self, b: Any, stream: int) -> bool:
+        import cupy
+
+        with cupy.cuda.Device(self.device_id):
+            s = cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.get_current_stream()
+            with s:
+                return bool(cupy.isfinite(b).all())
+
+    def _guarded_run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
+        from ust.codegen.runtime import GeneratedMatmul
+
+        if self._guarded is None:
+            self._guarded = GeneratedMatmul(self.a, self.alpha, self.beta, str(out.dtype), "cuda")
+        return self._guarded.run(b, c, out, stream)
+
     def run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
+        if self.padded and not self._finite(b, stream):
+            return self._guarded_run(b, c, out, stream)
+        return self._with_fallback(lambda: self._run(b, c, out, stream), b, out)
+
+    def _run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
+        import cupy
+
+        from ust.codegen.launch import array_layout
+
+        b, target = self._operands(b, out)
+        if self.plan is None or (array_layout(b), array_layout(target)) != self._layouts:
+            self._make_plan(b, target)
         if b is not self.plan.x:
             self.plan.set_x(b)
-        if out is not self.plan.y:
-            self.plan.set_y(out)
-        if self.beta != 0 and c is not None:
-            out[...] = c
-        self.plan.run(stream)
+        if target is not self.plan.y:
+            self.plan.set_y(target)
+        with cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.get_current_stream():
+            if self.beta != 0 and c is not None:
+                target[...] = c
+            self.plan.run(stream)
+            if target is not out:
+                out[...] = target
         return out
 
     def free(self) -> None:
-        self.plan.destroy()
+        if self.plan is not None:
+            self.plan.destroy()
         self.descriptor.destroy()

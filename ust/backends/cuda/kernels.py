@@ -2,10 +2,10 @@
 
 The first request for a (format, op, layout, order, dtypes, threads-per-row, architecture)
 lowers the op, emits CUDA, compiles it with NVRTC through ctypes (the same call and options
-CI uses, :mod:`ust.backends.cuda.nvrtc`), stores the cubin in ust's artefact cache and loads
-it with ``cupy.RawModule(path=...)``.  Where ust's own NVRTC binding cannot find the library,
-or the cubin does not load on this driver, ``cupy.RawModule(code=..., options=...)`` (CuPy's
-NVRTC and cache) is used instead.  Later requests are an in-process dict look-up.
+CI uses, :mod:`ust.backends.cuda.nvrtc`), stores the cubin in ust's authenticated artefact
+cache and loads it with ``cupy.RawModule(path=...)`` from a private copy of the verified bytes.
+Where ust's own NVRTC binding cannot find the library, or the cubin does not load on this
+driver, ``cupy.RawModule(code=..., options=...)`` (CuPy's NVRTC and cache) is used instead.  Later requests are an in-process dict look-up.
 CuPy is imported only inside these functions.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ust.codegen.cache import ArtifactCache, Memo, content_key
+from ust.codegen.cache import ArtifactCache, Memo, content_key, private_copy
 from ust.codegen.emit_cuda import (
     BLOCK,
     NVRTC_OPTIONS,
@@ -85,12 +85,13 @@ def _load_module(source: str, arch: str, name: str) -> tuple[Any, str]:
 
         opts = nvrtc_options(arch)
         key = content_key(source, "nvrtc", repr(nvrtc_version()), opts)
-        path, built = ArtifactCache("cuda").get_or_build(
+        art = ArtifactCache("cuda").get_or_build(
             key, ".cubin", lambda: compile_cuda(source, opts, name=f"{name}.cu")
         )
-        mod = cp.RawModule(path=str(path))
+        # load the verified bytes from a private copy, never the cache file (it could be swapped)
+        mod = cp.RawModule(path=str(private_copy(art.data, f"{key}.cubin")))
         mod.get_function(name)  # loads the module now: a driver that rejects the cubin fails here
-        return mod, "compiled" if built else "cache"
+        return mod, "compiled" if art.built else "cache"
     except BackendUnavailableError as exc:
         _log.info("ust's NVRTC binding is unavailable (%s); compiling through CuPy", exc)
     except cp.cuda.driver.CUDADriverError as exc:
@@ -172,6 +173,8 @@ def _args(ck: CudaKernel, launch: Launch, y: Any, params: tuple[Any, ...]) -> li
                 v = cp.ascontiguousarray(v, dtype=want)
             elif v.dtype != want:
                 raise DeviceError(f"buffer {p.name} has dtype {v.dtype}, expected {want}")
+            elif array_layout(v) is None:  # launch.prepare lays x / y0 out; y is chosen to fit
+                raise DeviceError(f"buffer {p.name} is strided: the kernel reads it contiguously")
             out.append(v)
     return out
 
