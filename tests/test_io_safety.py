@@ -597,3 +597,17 @@ def test_matches_scipy_on_a_large_random_file(tmp_path: Path, monkeypatch: pytes
     t = io.mmread(tmp_path / "r.mtx")
     assert np.array_equal(t.crd(0), ref.coords[0]) and np.array_equal(t.crd(1), ref.coords[1])
     assert _bits(t.values).tolist() == _bits(ref.data).tolist()
+
+
+def test_cli_solve_of_a_bad_file_is_one_line(tmp_path: Path) -> None:
+    """``ust solve`` reads with ust's reader too (it used SciPy's, which segfaults on NULs)."""
+    for p in (
+        _file(tmp_path, HEAD + b"2 2 1\n1 1 1\0\0\n", "nul.mtx"),
+        _file(tmp_path, HEAD + b"2 2 99999999999999\n1 1 1\n", "huge.mtx"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ust", "solve", str(p)], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 1, (p, proc.returncode, proc.stderr)
+        err = proc.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ust solve: error: ") and p.name in err[0], proc.stderr

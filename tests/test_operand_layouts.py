@@ -10,20 +10,26 @@ entries and never meet x.  Caller arrays are never modified.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import ust
+from tests.operand_layout_cases import (
+    DCSR_CUSTOM,
+    LOOSE,
+    MATRIX_VIEWS,
+    VECTOR_VIEWS,
+    layout_case,
+    matrix_view,
+    special_vectors,
+    vector_view,
+)
 from tests.support import STANDARD_2D
 
-LOOSE = "(i, j) -> (i : dense, j : loose_compressed)"
-DCSR_CUSTOM = "(i, j) -> (i : compressed, j : compressed)"
 FORMATS = [*STANDARD_2D, LOOSE, DCSR_CUSTOM]
 
 A3 = np.array([[1.0, 0, 2], [0, 0, 0], [0, 3, 0]])
@@ -56,62 +62,6 @@ def _tensor(a: np.ndarray, fmt: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- views
-
-GAP = np.nan  # what lies between the elements of a strided view: read, it shows up as NaN
-
-
-def _vector_view(v: np.ndarray, how: str) -> np.ndarray:
-    """A view whose values equal ``v`` but whose memory layout is ``how``."""
-    n = v.shape[0]
-    if how == "contiguous":
-        return v.copy()
-    if how == "column":  # X[:, 0]
-        buf = np.full((n, 3), GAP)
-        buf[:, 0] = v
-        return buf[:, 0]
-    if how == "step2":  # x[::2]
-        buf = np.full(2 * n, GAP)
-        buf[::2] = v
-        return buf[::2]
-    if how == "reversed":  # x[::-1]
-        return v[::-1].copy()[::-1]
-    if how == "offset":  # a contiguous view that starts inside its buffer
-        buf = np.full(n + 3, GAP)
-        buf[3:] = v
-        return buf[3:]
-    raise AssertionError(how)
-
-
-VECTOR_VIEWS = ["contiguous", "column", "step2", "reversed", "offset"]
-
-
-def _matrix_view(b: np.ndarray, how: str) -> np.ndarray:
-    """A view whose values equal the 2-D ``b`` but whose memory layout is ``how``."""
-    n, k = b.shape
-    if how == "C":
-        return b.copy()
-    if how == "F":
-        return np.asfortranarray(b)
-    if how == "transposed":  # B = Y.T of a C-order Y: Fortran order as a view
-        return b.T.copy().T
-    if how == "rows2":  # B[::2]
-        buf = np.full((2 * n, k), GAP)
-        buf[::2] = b
-        return buf[::2]
-    if how == "cols2":  # B[:, ::2]
-        buf = np.full((n, 2 * k), GAP)
-        buf[:, ::2] = b
-        return buf[:, ::2]
-    if how == "reversed":
-        return b[::-1, ::-1].copy()[::-1, ::-1]
-    if how == "offset":  # an inner block of a larger array
-        buf = np.full((n + 1, k + 2), GAP)
-        buf[1:, 2:] = b
-        return buf[1:, 2:]
-    raise AssertionError(how)
-
-
-MATRIX_VIEWS = ["C", "F", "transposed", "rows2", "cols2", "reversed", "offset"]
 
 
 def _snapshot(*arrays: Any) -> list[tuple[Any, np.ndarray | None]]:
@@ -148,7 +98,7 @@ def test_vector_views_every_entry_point(fmt: str, how: str) -> None:
     a = np.arange(1.0, 37.0).reshape(6, 6) * (np.arange(36).reshape(6, 6) % 3 == 0)
     t = _tensor(a, fmt)
     v = np.arange(1.0, 7.0)
-    x = _vector_view(v, how)
+    x = vector_view(v, how)
     snap = _snapshot(x)
     want = a @ v
     np.testing.assert_allclose(ust.matmul(t, x), want)
@@ -158,7 +108,7 @@ def test_vector_views_every_entry_point(fmt: str, how: str) -> None:
     with ust.Matmul(t, x, alpha=0.5) as mm:
         mm.plan()
         np.testing.assert_allclose(mm.execute(), 0.5 * want)
-        mm.reset_operands(b=_vector_view(2 * v, "reversed"))
+        mm.reset_operands(b=vector_view(2 * v, "reversed"))
         np.testing.assert_allclose(mm.execute(), want)
     _unchanged(snap)
 
@@ -195,7 +145,7 @@ def test_matrix_views_with_c_and_beta(fmt: str, how: str) -> None:
     t = _tensor(a, fmt)
     b0 = np.round(rng.standard_normal((6, 4)), 1)
     c0 = np.round(rng.standard_normal((6, 4)), 1)
-    b, c = _matrix_view(b0, how), _matrix_view(c0, MATRIX_VIEWS[::-1][MATRIX_VIEWS.index(how)])
+    b, c = matrix_view(b0, how), matrix_view(c0, MATRIX_VIEWS[::-1][MATRIX_VIEWS.index(how)])
     snap = _snapshot(b, c)
     np.testing.assert_allclose(ust.matmul(t, b), a @ b0, atol=1e-12)
     np.testing.assert_allclose(t @ b, a @ b0, atol=1e-12)
@@ -210,7 +160,7 @@ def test_one_shot_cache_keys_on_the_layout() -> None:
     t = _tensor(A3, "DCSR")
     b0 = X3.copy()
     for how in ("C", "F", "rows2", "cols2", "F", "reversed", "C"):
-        np.testing.assert_array_equal(ust.matmul(t, _matrix_view(b0, how)), A3 @ b0)
+        np.testing.assert_array_equal(ust.matmul(t, matrix_view(b0, how)), A3 @ b0)
 
 
 @pytest.mark.parametrize("fmt", ["DCSR", "BSR[2,3]", "DIA"])
@@ -224,14 +174,14 @@ def test_generated_entry_points_write_into_a_strided_out(fmt: str) -> None:
     for run in (matmul_generated, matmul_c):
         big = np.full((6, 3), -7.0)
         out = big[:, 1]
-        got = run(t, _vector_view(v, "step2"), out=out)
+        got = run(t, vector_view(v, "step2"), out=out)
         assert got is out
         np.testing.assert_allclose(big[:, 1], a @ v)
         np.testing.assert_array_equal(big[:, [0, 2]], -7.0)
         b0 = np.stack([v, -v, 2 * v], axis=1)
         big2 = np.full((6, 7), -7.0)
         out2 = big2[:, ::2][:, :3]
-        got2 = run(t, _matrix_view(b0, "cols2"), _matrix_view(b0, "F"), alpha=2.0, beta=1.0, out=out2)
+        got2 = run(t, matrix_view(b0, "cols2"), matrix_view(b0, "F"), alpha=2.0, beta=1.0, out=out2)
         assert got2 is out2
         np.testing.assert_allclose(big2[:, 0:6:2], 2 * (a @ b0) + b0)
         np.testing.assert_array_equal(big2[:, 1::2], -7.0)
@@ -265,7 +215,7 @@ def test_sddmm_dense_factors_in_any_layout(fmt: str) -> None:
     pattern = np.asarray(ust.ops.sddmm(s, np.ones((6, 1)), np.ones((1, 4))).todense()) != 0
     x0, y0 = np.round(rng.standard_normal((6, 3)), 1), np.round(rng.standard_normal((3, 4)), 1)
     for hx, hy in (("rows2", "cols2"), ("F", "reversed"), ("offset", "transposed"), ("reversed", "C")):
-        x, y = _matrix_view(x0, hx), _matrix_view(y0, hy)
+        x, y = matrix_view(x0, hx), matrix_view(y0, hy)
         snap = _snapshot(x, y)
         r = ust.ops.sddmm(s, x, y, alpha=2.0)
         dense = np.asarray(r.todense())
@@ -283,21 +233,11 @@ def test_epilogue_inputs_in_any_layout_and_lists() -> None:
     got = ust.matmul(t, x, epilog="y + b", epilog_params={"b": [1, 2, 3]})
     np.testing.assert_array_equal(got, A3 @ X3[:, 0] + [1, 2, 3])
     b2 = np.asfortranarray(np.arange(6.0).reshape(3, 2))[::-1]
-    got = ust.matmul(t, _matrix_view(X3, "cols2"), epilog="y * w", epilog_params={"w": b2})
+    got = ust.matmul(t, matrix_view(X3, "cols2"), epilog="y * w", epilog_params={"w": b2})
     np.testing.assert_array_equal(got, (A3 @ X3) * b2)
 
 
 # ----------------------------------------------------------------------------- defect 4: inf / NaN
-
-
-def _special_vectors(n: int) -> list[np.ndarray]:
-    out = []
-    for pos in range(n):
-        for v in (np.inf, -np.inf, np.nan):
-            x = np.arange(1.0, n + 1)
-            x[pos] = v
-            out.append(x)
-    return out
 
 
 NONFINITE_FORMATS = [*FORMATS, "NM[2,4]"]
@@ -307,13 +247,13 @@ NONFINITE_FORMATS = [*FORMATS, "NM[2,4]"]
 def test_inf_and_nan_in_x_agree_with_scipy_csr(fmt: str) -> None:
     a = _nonfinite_matrix(fmt)
     t = _tensor(a, fmt)
-    for x in _special_vectors(a.shape[1]):
+    for x in special_vectors(a.shape[1]):
         np.testing.assert_array_equal(ust.matmul(t, x), _ref(a, fmt, x))
         xx = np.stack([x, x[::-1]], axis=1)
         np.testing.assert_array_equal(
             ust.matmul(t, xx, np.ones((a.shape[0], 2)), alpha=2.0, beta=0.5), 2.0 * _ref(a, fmt, xx) + 0.5
         )
-        np.testing.assert_array_equal(t @ _vector_view(x, "step2"), _ref(a, fmt, x))
+        np.testing.assert_array_equal(t @ vector_view(x, "step2"), _ref(a, fmt, x))
 
 
 def test_padded_routes_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,7 +265,7 @@ def test_padded_routes_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(rt, "_no_compiler", lambda: True)
     for fmt in ("BSR[2,2]", "BSC[2,2]", "DIA", "CROW", "DCSR"):
         t = _tensor(A4, fmt)
-        for x in _special_vectors(4):
+        for x in special_vectors(4):
             want = _ref(A4, fmt, x)
             with ust.Matmul(t, x, alpha=2.0) as mm:
                 assert mm.decision.route in ("scipy", "convert-scipy"), mm.explain()
@@ -395,39 +335,12 @@ def _call(style: str, t: Any, x: Any, c: Any, alpha: float, beta: float) -> Any:
         return mm.execute()
 
 
-@st.composite
-def _case(draw: Callable[..., Any]) -> dict[str, Any]:
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-3, 4, (6, 6)).astype(float) * (rng.random((6, 6)) < draw(st.sampled_from([0.2, 0.5])))
-    k = draw(st.sampled_from([None, 1, 3]))
-    shape = (6,) if k is None else (6, k)
-    x0 = rng.integers(-4, 5, shape).astype(float)
-    nspecial = draw(st.integers(0, 2))
-    for _ in range(nspecial):
-        idx = tuple(int(rng.integers(0, s)) for s in shape)
-        x0[idx] = draw(st.sampled_from([np.inf, -np.inf, np.nan]))
-    views = VECTOR_VIEWS if k is None else MATRIX_VIEWS
-    style = draw(st.sampled_from(["matmul", "operator", "stateful"]))
-    fused = style != "operator" and draw(st.booleans())
-    return {
-        "a": a,
-        "x0": x0,
-        "xview": draw(st.sampled_from(views)),
-        "cview": draw(st.sampled_from(views)),
-        "style": style,
-        "alpha": draw(st.sampled_from([1.0, -0.5, 2.0])) if fused else 1.0,
-        "beta": draw(st.sampled_from([0.0, 1.0, -3.0])) if fused else 0.0,
-        "c0": rng.integers(-4, 5, shape).astype(float),
-    }
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=12)
-@given(case=_case())
+@given(case=layout_case())
 def test_every_route_and_format_matches_scipy_for_any_operand_layout(fmt: str, case: dict[str, Any]) -> None:
     a, x0, c0 = case["a"], case["x0"], case["c0"]
-    view = _vector_view if x0.ndim == 1 else _matrix_view
+    view = vector_view if x0.ndim == 1 else matrix_view
     x, c = view(x0, case["xview"]), view(c0, case["cview"])
     snap = _snapshot(x, c)
     t = _tensor(a, fmt)

@@ -427,3 +427,24 @@ def test_decode_array_round_trips() -> None:
         back = decode_array(encode_array(arr))
         assert back.dtype == arr.dtype.newbyteorder("<") and back.flags.writeable
         np.testing.assert_array_equal(back, arr)
+
+
+@pytest.mark.parametrize("value", ["abc", None, {"a": 1}, object(), np.array(["x"])])
+def test_epilogue_parameters_of_the_wrong_type_fail_before_the_multiplication(value: object) -> None:
+    a = sp.random_array((5, 5), density=0.5, random_state=0, format="csr")
+    x = np.ones(5)
+    with pytest.raises(ust.InvalidTypeError, match="epilogue parameter 's'"):
+        ust.matmul(a, x, epilog="y * s", epilog_params={"s": value})
+    with pytest.raises(ust.InvalidTypeError, match="epilog_params must be a dict"):
+        ust.matmul(a, x, epilog="y * s", epilog_params=[1])  # type: ignore[arg-type]
+    s = ust.asarray(a)
+    with pytest.raises(ust.InvalidTypeError, match="epilogue parameter 's'"):
+        ust.ops.sddmm(s, np.ones((5, 2)), np.ones((2, 5)), epilog="y * s", epilog_params={"s": value})
+
+
+def test_epilogue_parameters_that_are_numbers_or_numeric_arrays_work() -> None:
+    a = sp.random_array((5, 5), density=0.5, random_state=0, format="csr")
+    x = np.ones(5)
+    want = a @ x
+    for v, scale in ((2, 2.0), ([1, 2, 3, 4, 5], np.arange(1.0, 6)), (np.arange(1.0, 6), np.arange(1.0, 6))):
+        np.testing.assert_allclose(ust.matmul(a, x, epilog="y * s", epilog_params={"s": v}), want * scale)

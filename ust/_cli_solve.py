@@ -42,10 +42,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _read_rhs(path: str, n: int) -> np.ndarray:
     if path.endswith(".npy"):
         return np.load(path)
-    import scipy.io
+    from ust.io import mmread  # ust's own reader: a malformed file is a FileFormatError, never a crash
 
-    b = scipy.io.mmread(path)
-    b = b.toarray() if hasattr(b, "toarray") else np.asarray(b)
+    b = np.asarray(mmread(path).todense())
     return b.reshape(n) if b.ndim == 2 and b.shape[1] == 1 else b
 
 
@@ -64,13 +63,13 @@ def _row(label: str, seconds: float) -> None:
 
 
 def solve_command(args: argparse.Namespace) -> int:
-    import scipy.io
     import scipy.sparse as sp
 
+    from ust.io import mmread
     from ust.linalg import DirectSolver, DirectSolverOptions, backward_error
 
     t0 = time.perf_counter()
-    a = sp.csr_matrix(scipy.io.mmread(args.matrix))
+    a = sp.csr_matrix(mmread(args.matrix).to_scipy())
     n = a.shape[0]
     _row(f"read {a.shape[0]} x {a.shape[1]}, nnz {a.nnz}, {a.dtype}", time.perf_counter() - t0)
     exact = None

@@ -25,7 +25,7 @@ import numpy as np
 
 from ust.runtime.errors import FileFormatError, InvalidValueError, ShapeError, UnsupportedError
 
-__all__ = ["FIELDS", "SYMMETRIES", "MMData", "read_mm", "write_mm"]
+__all__ = ["FIELDS", "SYMMETRIES", "MMData", "mirror", "read_mm", "write_mm"]
 
 #: Field words ust reads (``double`` is a common synonym of ``real``) -> canonical field.
 FIELDS = {
@@ -372,7 +372,8 @@ def _parse_body(
     return rows, cols, values
 
 
-def _mirror(values: np.ndarray, symmetry: str) -> np.ndarray:
+def mirror(values: np.ndarray, symmetry: str) -> np.ndarray:
+    """The entries of the other triangle, from this one's, under a file's symmetry."""
     if symmetry == "skew-symmetric":
         return np.negative(values)
     if symmetry == "hermitian":
@@ -419,7 +420,7 @@ def read_mm(path: Path) -> MMData:
             rows, cols, values = (
                 np.concatenate([rows, cols[off]]),
                 np.concatenate([cols, rows[off]]),
-                np.concatenate([values, _mirror(values[off], symmetry)]),
+                np.concatenate([values, mirror(values[off], symmetry)]),
             )
         return MMData(layout, field, symmetry, shape, rows, cols, values)
     if symmetry == "general":
@@ -429,7 +430,7 @@ def read_mm(path: Path) -> MMData:
     r, c = np.triu_indices(n, k=1 if symmetry == "skew-symmetric" else 0)
     dense[c, r] = values  # the lower triangle, column by column
     off = r != c
-    dense[r[off], c[off]] = _mirror(values[off], symmetry)
+    dense[r[off], c[off]] = mirror(values[off], symmetry)
     return MMData(layout, field, symmetry, shape, None, None, dense)
 
 

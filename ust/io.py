@@ -230,14 +230,6 @@ def _mm_values(values: np.ndarray, field: str) -> np.ndarray:
     return values
 
 
-def _mirror_of(values: np.ndarray, symmetry: str) -> np.ndarray:
-    if symmetry == "skew-symmetric":
-        return np.negative(values)
-    if symmetry == "hermitian":
-        return np.conj(values)
-    return values
-
-
 def mmwrite(
     path: str | Path,
     tensor: Tensor,
@@ -286,7 +278,7 @@ def mmwrite(
     if dense_file:
         a = np.asarray(t.todense())
         if sym != "general":
-            mirrored = _mirror_of(a.T, sym_check)
+            mirrored = _mmio.mirror(a.T, sym_check)
             if not np.array_equal(a, mirrored, equal_nan=vkind in "fc"):
                 raise InvalidValueError(f"the matrix is not {sym}; write it with symmetry='general'")
             r, c = np.triu_indices(n, k=1 if sym == "skew-symmetric" else 0)
@@ -310,7 +302,7 @@ def mmwrite(
                 and np.array_equal(cols[o1], rows[o2])
                 and (
                     fld == "pattern"
-                    or np.array_equal(vals[o1], _mirror_of(vals[o2], sym_check), equal_nan=vkind in "fc")
+                    or np.array_equal(vals[o1], _mmio.mirror(vals[o2], sym_check), equal_nan=vkind in "fc")
                 )
             )
             if not same:

@@ -651,6 +651,12 @@ def matmul(
     >>> bool(np.allclose(ust.matmul(A, np.ones(20), alpha=0.5), 0.5 * (A @ np.ones(20))))
     True
     """
+    if epilog is not None:  # a bad epilogue or parameter fails before the multiplication
+        from ust.algebra.epilogue import check_epilog_params
+        from ust.codegen.epilog import compile_epilog
+
+        check_epilog_params(epilog_params)
+        compile_epilog(epilog).check_params(epilog_params or {})
     b, c = _array_like(b), _array_like(c)
     if _is_sparse_operand(b):
         from ust.ops_algebra import matmul_sparse, multiply

@@ -10,23 +10,29 @@ is not finite).  Caller arrays are never modified.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import ust
+from tests.operand_layout_cases import (
+    DCSR_CUSTOM,
+    LOOSE,
+    MATRIX_VIEWS,
+    VECTOR_VIEWS,
+    layout_case,
+    matrix_view,
+    special_vectors,
+    vector_view,
+)
 
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
 
-LOOSE = "(i, j) -> (i : dense, j : loose_compressed)"
-DCSR_CUSTOM = "(i, j) -> (i : compressed, j : compressed)"
 CUSPARSE = ["CSR", "CSC", "COO", "BSR[2,2]"]
 GENERATED = ["DIA", "DIAI", "BSR[2,3]", "BSC[2,2]", "DCSR", "DCSC", "CROW", "CCOL", LOOSE, DCSR_CUSTOM]
 FORMATS = CUSPARSE + GENERATED
@@ -53,63 +59,12 @@ def _host(y: Any) -> np.ndarray:
     return cp.asnumpy(y)
 
 
-GAP = float("nan")
+def _gpu_vector(v: np.ndarray, how: str) -> Any:
+    return vector_view(v, how, cp)
 
 
-def _vector_view(v: np.ndarray, how: str) -> Any:
-    """A CuPy view whose values equal ``v`` and whose memory layout is ``how``."""
-    n = v.shape[0]
-    g = cp.asarray(v)
-    if how == "contiguous":
-        return g.copy()
-    if how == "column":
-        buf = cp.full((n, 3), GAP, dtype=g.dtype)
-        buf[:, 0] = g
-        return buf[:, 0]
-    if how == "step2":
-        buf = cp.full(2 * n, GAP, dtype=g.dtype)
-        buf[::2] = g
-        return buf[::2]
-    if how == "reversed":
-        return g[::-1].copy()[::-1]
-    if how == "offset":
-        buf = cp.full(n + 3, GAP, dtype=g.dtype)
-        buf[3:] = g
-        return buf[3:]
-    raise AssertionError(how)
-
-
-VECTOR_VIEWS = ["contiguous", "column", "step2", "reversed", "offset"]
-
-
-def _matrix_view(b: np.ndarray, how: str) -> Any:
-    """A CuPy view whose values equal the 2-D ``b`` and whose memory layout is ``how``."""
-    n, k = b.shape
-    g = cp.asarray(b)
-    if how == "C":
-        return cp.ascontiguousarray(g)
-    if how == "F":
-        return cp.asfortranarray(g)
-    if how == "transposed":
-        return g.T.copy().T
-    if how == "rows2":
-        buf = cp.full((2 * n, k), GAP, dtype=g.dtype)
-        buf[::2] = g
-        return buf[::2]
-    if how == "cols2":
-        buf = cp.full((n, 2 * k), GAP, dtype=g.dtype)
-        buf[:, ::2] = g
-        return buf[:, ::2]
-    if how == "reversed":
-        return g[::-1, ::-1].copy()[::-1, ::-1]
-    if how == "offset":
-        buf = cp.full((n + 1, k + 2), GAP, dtype=g.dtype)
-        buf[1:, 2:] = g
-        return buf[1:, 2:]
-    raise AssertionError(how)
-
-
-MATRIX_VIEWS = ["C", "F", "transposed", "rows2", "cols2", "reversed", "offset"]
+def _gpu_matrix(b: np.ndarray, how: str) -> Any:
+    return matrix_view(b, how, cp)
 
 
 def _snapshot(*arrays: Any) -> list[tuple[Any, np.ndarray | None]]:
@@ -162,7 +117,7 @@ def test_matrix_views_with_c_and_beta_on_the_gpu(fmt: str, how: str) -> None:
     t = _gpu_tensor(a, fmt)
     b0 = np.round(rng.standard_normal((6, 4)), 1)
     c0 = np.round(rng.standard_normal((6, 4)), 1)
-    b, c = _matrix_view(b0, how), _matrix_view(c0, MATRIX_VIEWS[::-1][MATRIX_VIEWS.index(how)])
+    b, c = _gpu_matrix(b0, how), _gpu_matrix(c0, MATRIX_VIEWS[::-1][MATRIX_VIEWS.index(how)])
     snap = _snapshot(b, c)
     np.testing.assert_allclose(_host(ust.matmul(t, b)), _ref(a, b0), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(
@@ -177,17 +132,15 @@ def test_reset_operands_and_the_one_shot_cache_follow_the_layout(fmt: str) -> No
     a = np.round(np.random.default_rng(5).standard_normal((6, 6)), 1) * (np.eye(6) + np.eye(6, k=2))
     t = _gpu_tensor(a, fmt)
     b0 = np.arange(24.0).reshape(6, 4)
-    with ust.Matmul(t, _matrix_view(b0, "C")) as mm:
+    with ust.Matmul(t, _gpu_matrix(b0, "C")) as mm:
         mm.plan()
         for how in ("F", "rows2", "C", "transposed", "cols2", "F"):
-            mm.reset_operands(b=_matrix_view(b0 + 1, how))
+            mm.reset_operands(b=_gpu_matrix(b0 + 1, how))
             np.testing.assert_allclose(_host(mm.execute()), a @ (b0 + 1), rtol=1e-12)
     for how in ("C", "F", "rows2", "F", "reversed", "C"):
-        np.testing.assert_allclose(_host(ust.matmul(t, _matrix_view(b0, how))), a @ b0, rtol=1e-12)
+        np.testing.assert_allclose(_host(ust.matmul(t, _gpu_matrix(b0, how))), a @ b0, rtol=1e-12)
     for how in VECTOR_VIEWS + VECTOR_VIEWS[::-1]:
-        np.testing.assert_allclose(
-            _host(ust.matmul(t, _vector_view(b0[:, 1], how))), a @ b0[:, 1], rtol=1e-12
-        )
+        np.testing.assert_allclose(_host(ust.matmul(t, _gpu_vector(b0[:, 1], how))), a @ b0[:, 1], rtol=1e-12)
 
 
 def test_host_operands_in_any_layout_with_cuda_execution() -> None:
@@ -210,7 +163,7 @@ def test_generated_cuda_entry_points_write_into_a_strided_out(fmt: str) -> None:
     for run in (matmul_generated, matmul_cuda):
         big = cp.full((6, 3), -7.0)
         out = big[:, 1]
-        got = run(t, _vector_view(v, "step2"), out=out)
+        got = run(t, _gpu_vector(v, "step2"), out=out)
         assert got is out
         hb = cp.asnumpy(big)
         np.testing.assert_allclose(hb[:, 1], a @ v, rtol=1e-12)
@@ -218,7 +171,7 @@ def test_generated_cuda_entry_points_write_into_a_strided_out(fmt: str) -> None:
         b0 = np.stack([v, -v, 2 * v], axis=1)
         big2 = cp.full((6, 7), -7.0)
         out2 = big2[:, ::2][:, :3]
-        got2 = run(t, _matrix_view(b0, "cols2"), _matrix_view(b0, "F"), alpha=2.0, beta=1.0, out=out2)
+        got2 = run(t, _gpu_matrix(b0, "cols2"), _gpu_matrix(b0, "F"), alpha=2.0, beta=1.0, out=out2)
         assert got2 is out2
         hb2 = cp.asnumpy(big2)
         np.testing.assert_allclose(hb2[:, 0:6:2], 2 * (a @ b0) + b0, rtol=1e-12)
@@ -240,7 +193,7 @@ def test_sddmm_cupy_factors_in_any_layout(fmt: str, dtype: str) -> None:
     y0 = np.round(rng.standard_normal((3, 4)), 1).astype(dtype)
     tol = 1e-5 if dtype == "float32" else 1e-12
     for hx, hy in (("rows2", "cols2"), ("F", "reversed"), ("offset", "transposed"), ("reversed", "C")):
-        x, y = _matrix_view(x0, hx), _matrix_view(y0, hy)
+        x, y = _gpu_matrix(x0, hx), _gpu_matrix(y0, hy)
         assert x.dtype == dtype and y.dtype == dtype
         snap = _snapshot(x, y)
         dense = cp.asnumpy(ust.ops.sddmm(s, x, y, alpha=2.0).todense())
@@ -256,7 +209,7 @@ def test_sddmm_strided_views_keep_their_strides_as_passed() -> None:
     pattern = cp.asnumpy(s.todense()) != 0
     x0, y0 = np.round(rng.standard_normal((6, 3)), 1), np.round(rng.standard_normal((3, 4)), 1)
     for hx, hy in (("rows2", "cols2"), ("reversed", "offset")):
-        dense = cp.asnumpy(ust.ops.sddmm(s, _matrix_view(x0, hx), _matrix_view(y0, hy)).todense())
+        dense = cp.asnumpy(ust.ops.sddmm(s, _gpu_matrix(x0, hx), _gpu_matrix(y0, hy)).todense())
         np.testing.assert_allclose(dense[pattern], (x0 @ y0)[pattern], rtol=1e-12, atol=1e-12)
 
 
@@ -274,23 +227,13 @@ def test_epilogue_inputs_on_the_gpu() -> None:
 # ----------------------------------------------------------------------------- inf / NaN
 
 
-def _special_vectors(n: int) -> list[np.ndarray]:
-    out = []
-    for pos in range(n):
-        for v in (np.inf, -np.inf, np.nan):
-            x = np.arange(1.0, n + 1)
-            x[pos] = v
-            out.append(x)
-    return out
-
-
 @pytest.mark.parametrize("fmt", [*FORMATS, "NM[2,4]"])
 def test_inf_and_nan_in_x_agree_with_scipy_csr_on_the_gpu(fmt: str) -> None:
     a = A46 if fmt == "BSR[2,3]" else A4
     t = _gpu_tensor(a, fmt)
-    for x in _special_vectors(a.shape[1]):
+    for x in special_vectors(a.shape[1]):
         np.testing.assert_array_equal(_host(ust.matmul(t, cp.asarray(x))), _ref(a, x))
-        np.testing.assert_array_equal(_host(ust.matmul(t, _vector_view(x, "step2"))), _ref(a, x))
+        np.testing.assert_array_equal(_host(ust.matmul(t, _gpu_vector(x, "step2"))), _ref(a, x))
         xx = np.stack([x, x[::-1]], axis=1)
         got = ust.matmul(t, cp.asarray(xx), cp.ones((a.shape[0], 2)), alpha=2.0, beta=0.5)
         np.testing.assert_array_equal(_host(got), 2.0 * _ref(a, xx) + 0.5)
@@ -326,38 +269,12 @@ def test_inf_and_nan_values_in_the_matrix_agree_with_scipy_csr_on_the_gpu(fmt: s
 # ----------------------------------------------------------------------------- the property
 
 
-@st.composite
-def _case(draw: Callable[..., Any]) -> dict[str, Any]:
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-3, 4, (6, 6)).astype(float) * (rng.random((6, 6)) < draw(st.sampled_from([0.2, 0.5])))
-    k = draw(st.sampled_from([None, 1, 3]))
-    shape = (6,) if k is None else (6, k)
-    x0 = rng.integers(-4, 5, shape).astype(float)
-    for _ in range(draw(st.integers(0, 2))):
-        idx = tuple(int(rng.integers(0, s)) for s in shape)
-        x0[idx] = draw(st.sampled_from([np.inf, -np.inf, np.nan]))
-    views = VECTOR_VIEWS if k is None else MATRIX_VIEWS
-    style = draw(st.sampled_from(["matmul", "operator", "stateful"]))
-    fused = style != "operator" and draw(st.booleans())
-    return {
-        "a": a,
-        "x0": x0,
-        "xview": draw(st.sampled_from(views)),
-        "cview": draw(st.sampled_from(views)),
-        "style": style,
-        "alpha": draw(st.sampled_from([1.0, -0.5, 2.0])) if fused else 1.0,
-        "beta": draw(st.sampled_from([0.0, 1.0, -3.0])) if fused else 0.0,
-        "c0": rng.integers(-4, 5, shape).astype(float),
-    }
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=10)
-@given(case=_case())
+@given(case=layout_case())
 def test_every_gpu_route_matches_scipy_for_any_operand_layout(fmt: str, case: dict[str, Any]) -> None:
     a, x0, c0 = case["a"], case["x0"], case["c0"]
-    view = _vector_view if x0.ndim == 1 else _matrix_view
+    view = _gpu_vector if x0.ndim == 1 else _gpu_matrix
     x, c = view(x0, case["xview"]), view(c0, case["cview"])
     snap = _snapshot(x, c)
     t = _gpu_tensor(a, fmt)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ust.runtime.errors import DeviceError
+from ust.runtime.errors import DeviceError, InvalidTypeError
 
-__all__ = ["apply_epilog", "epilog_inputs"]
+__all__ = ["apply_epilog", "check_epilog_params", "epilog_inputs"]
 
 
 def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -33,6 +33,7 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
     from ust.tensor import Tensor
 
     ep = compile_epilog(text)
+    check_epilog_params(params)
     params = epilog_inputs(params, result.values if isinstance(result, Tensor) else result)
     if not isinstance(result, Tensor):
         return ep.apply(result, params)
@@ -52,6 +53,35 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
         ep.apply(picked, params)
         vals[sl.slot] = picked
     return result
+
+
+def check_epilog_params(params: Any) -> None:
+    """Refuse, before any work, parameters the epilogue could not compute with: a non-mapping,
+    a name that is no string, or a value that is neither a number nor a numeric array(-like)."""
+    import numbers
+
+    import numpy as np
+
+    if params is None:
+        return
+    if not isinstance(params, Mapping):
+        raise InvalidTypeError(f"epilog_params must be a dict of name -> value, not {type(params).__name__}")
+    for name, v in params.items():
+        if not isinstance(name, str):
+            raise InvalidTypeError(f"epilog_params names must be str, not {type(name).__name__}")
+        if isinstance(v, numbers.Number):
+            continue
+        kind = getattr(getattr(v, "dtype", None), "kind", None)
+        if kind is None and isinstance(v, (list, tuple)):
+            try:
+                kind = np.asarray(v).dtype.kind
+            except (ValueError, TypeError):
+                kind = None
+        if kind not in tuple("biufc"):
+            raise InvalidTypeError(
+                f"epilogue parameter {name!r} must be a number or a numeric array, not {type(v).__name__}"
+                + (f" of dtype {v.dtype}" if hasattr(v, "dtype") else "")
+            )
 
 
 def epilog_inputs(params: Mapping[str, Any] | None, like: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ust.algebra.epilogue import check_epilog_params
 from ust.algebra.problem import choose, problem
 from ust.runtime.errors import ShapeError, UnsupportedError
 
@@ -215,6 +216,7 @@ def sddmm(
         from ust.codegen.epilog import compile_epilog
 
         ep = compile_epilog(epilog)
+        check_epilog_params(epilog_params)
         ep.check_params(epilog_params or {})
     dtype = np.result_type(s.dtype, a.dtype, b.dtype, alpha, beta)
     if ep is not None and dtype.kind == "c" and ep.uses_real_only():

@@ -46,7 +46,10 @@ class CusparseMatmul:
     cuSPARSE's BSR kernels multiply the zero fill of every block, so ``0 * inf`` would put a
     NaN where SciPy's CSR has none: for a format with padding each run first checks that
     ``b`` is finite (one reduction and a synchronisation) and otherwise runs the generated
-    kernel, which skips padding.
+    kernel, which skips padding.  cuSPARSE's SpMM kernels (CSR and COO too) do the same with
+    a non-finite ``B``: on an H200 with CUDA 13, ``[[4, 0, 0, 5]] @ B`` gave NaN where ``B``'s
+    first row held inf (a zero product of its own, as a padded tile would make), so every SpMM
+    takes that check as well.
     """
 
     route = "cusparse"
@@ -63,7 +66,8 @@ class CusparseMatmul:
         self.algorithms = table[klass]
         self.algorithm = self.algorithms[0] if algorithm is None else algorithm
         self.alpha, self.beta, self.device_id = alpha, beta, device_id
-        self.padded = has_padding(a.format)
+        # padded formats, and SpMM of any format, must not meet a non-finite B (see above)
+        self.guard_nonfinite = has_padding(a.format) or b.ndim != 1
         self._guarded: Any = None
         self._row_only = False
         self._layouts: tuple[str | None, str | None] = (None, None)
@@ -124,7 +128,7 @@ class CusparseMatmul:
         return self._guarded.run(b, c, out, stream)
 
     def run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
-        if self.padded and not self._finite(b, stream):
+        if self.guard_nonfinite and not self._finite(b, stream):
             return self._guarded_run(b, c, out, stream)
         return self._with_fallback(lambda: self._run(b, c, out, stream), b, out)
 
