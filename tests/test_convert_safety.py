@@ -374,3 +374,119 @@ def test_batched_nse_counts_every_member() -> None:
 
 def test_limits_constant() -> None:
     assert np.iinfo(np.int32).max == I32_MAX
+
+
+# ----------------------------------------------------------------------------- non-finite and signed values
+
+#: A quiet NaN with a payload: copied, its bits survive; computed with, they may not.
+NAN_PAYLOAD = np.array([0x7FF8000000000123], dtype=np.uint64).view(np.float64)[0]
+
+
+def _bits(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(a)).view(np.uint64)
+
+
+def test_structured_keeps_nan_and_inf_entries_exactly() -> None:
+    """A NaN entry scored NaN and lost its structured[2, 4] slot to padding."""
+    a = np.zeros((2, 8))
+    a[0, 0], a[0, 6] = NAN_PAYLOAD, -np.inf  # block (0, 0): one NaN; block (0, 1): -inf
+    a[1, 1], a[1, 3] = np.inf, NAN_PAYLOAD  # block (1, 0): inf and NaN
+    a[1, 4], a[1, 7] = -2.0, NAN_PAYLOAD  # block (1, 1): a finite value and NaN
+    t = asarray(a, "NM[2,4]")
+    got = t.buffers()
+    np.testing.assert_array_equal(got["crd2"], [0, 1, 0, 2, 1, 3, 0, 3])
+    want = np.array([NAN_PAYLOAD, 0.0, 0.0, -np.inf, np.inf, NAN_PAYLOAD, -2.0, NAN_PAYLOAD])
+    np.testing.assert_array_equal(_bits(got["values"]), _bits(want))
+    # the stored entries are SciPy's (the padding is explicit zeros, as in the format)
+    ref = sp.csr_array(a)
+    assert np.isnan(ref.data).sum() == 3
+    np.testing.assert_array_equal(_bits(t.todense()), _bits(a))
+    csr = t.convert("CSR").to_scipy()
+    np.testing.assert_array_equal(_bits(csr.data[csr.data != 0]), _bits(ref.data))
+
+
+def test_structured_prune_ranks_nan_then_inf_first() -> None:
+    b = np.array([[1.0, np.inf, 5.0, NAN_PAYLOAD], [7.0, -np.inf, np.inf, 8.0]])
+    t = asarray(b, "NM[2,4]", prune=True)
+    np.testing.assert_array_equal(t.crd(2), [1, 3, 1, 2])
+    want = np.array([np.inf, NAN_PAYLOAD, -np.inf, np.inf])
+    np.testing.assert_array_equal(_bits(t.values), _bits(want))
+    c = np.array([[1 + 1j, complex(np.nan, 0.0), 2.0, 0.0]])
+    tc = asarray(c, "NM[2,4]", prune=True)
+    np.testing.assert_array_equal(tc.crd(2), [1, 2])
+    assert np.isnan(tc.values[0]) and tc.values[1] == 2.0
+
+
+_SIGNED = np.array([[-0.0, 1.0, np.inf, 0.0], [NAN_PAYLOAD, -np.inf, -0.0, -3.0], [0.0, -0.0, 2.0, -0.0]])
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_dense_round_trips_keep_signed_zeros_and_nan_payloads(order: str) -> None:
+    """``asarray(x, format="DenseColMajor")`` scattered x's nonzeros into zeros: -0.0 became 0.0."""
+    x = np.array(_SIGNED, order=order)
+    before = x.copy()
+    for first in ("DenseRowMajor", "DenseColMajor"):
+        t = asarray(x, format=first)
+        np.testing.assert_array_equal(_bits(t.todense()), _bits(_SIGNED), err_msg=first)
+        for second in ("DenseRowMajor", "DenseColMajor"):
+            u = t.convert(second)
+            d = u.todense()
+            np.testing.assert_array_equal(np.signbit(d), np.signbit(_SIGNED), err_msg=f"{first}->{second}")
+            np.testing.assert_array_equal(_bits(d), _bits(_SIGNED), err_msg=f"{first}->{second}")
+    np.testing.assert_array_equal(_bits(x), _bits(before))  # the caller's array is untouched
+
+
+@pytest.mark.parametrize("fmt", SPARSE_2D)
+def test_a_dense_negative_zero_is_no_entry_of_a_sparse_target(fmt: str) -> None:
+    """SciPy stores nothing for -0.0 (it equals 0); the non-zero values are bit-exact."""
+    t = asarray(_SIGNED, format=fmt)
+    ref = sp.csr_array(_SIGNED)
+    vals = np.asarray(t.values).reshape(-1)
+    assert not (np.signbit(vals) & (vals == 0)).any()  # no slot holds the -0.0
+    d = t.todense()
+    np.testing.assert_array_equal(_bits(d), _bits(ref.toarray()))
+    assert not np.signbit(d[_SIGNED == 0]).any()
+
+
+@pytest.mark.parametrize("fmt", ["COO", "CSR", "CSC", "DCSR", "DCSC", "CROW", "CCOL"])
+def test_stored_negative_zero_entries_survive_to_dense(fmt: str) -> None:
+    """An explicit -0.0 entry (and a NaN payload) of a sparse tensor is copied, never added to 0."""
+    S = sp.coo_array(
+        (np.array([-0.0, NAN_PAYLOAD, -np.inf, 3.0]), (np.array([0, 0, 1, 2]), np.array([0, 2, 1, 3]))),
+        shape=(3, 4),
+    )
+    t = asarray(S, format=fmt)
+    want = np.zeros((3, 4))
+    want[0, 0], want[0, 2], want[1, 1], want[2, 3] = -0.0, NAN_PAYLOAD, -np.inf, 3.0
+    for d in (t.todense(), t.convert("DenseRowMajor").todense(), t.convert("DenseColMajor").todense()):
+        np.testing.assert_array_equal(_bits(d), _bits(want))
+
+
+# ----------------------------------------------------------------------------- empty dense results
+
+
+@pytest.mark.parametrize("shape", [(0, 2**62), (2**62, 0)])
+@pytest.mark.parametrize("fmt", HYPERSPARSE_2D)
+def test_todense_of_an_unrepresentable_empty_shape_is_a_shape_error(fmt: str, shape: tuple[int, int]) -> None:
+    """NumPy itself refuses ``np.zeros((0, 2**62))`` (its byte span overflows int64)."""
+    with pytest.raises(ValueError, match="too big"):
+        np.zeros(shape)
+    t = asarray(sp.coo_array(shape, dtype=np.float64), format=fmt)
+    info = _raises_small(ShapeError, t.todense, "bytes")
+    assert "cannot be represented" in str(info.value)
+
+
+_EMPTY_CASES = [
+    *((f, s) for f in HYPERSPARSE_2D for s in ((0, 2**59), (2**59, 0))),
+    ("CSR", (0, 2**59)),  # (2**59, 0) as CSR: a pos of 2**59 + 1 entries, refused on conversion
+    ("CSC", (2**59, 0)),
+]
+
+
+@pytest.mark.parametrize(("fmt", "shape"), _EMPTY_CASES)
+def test_todense_of_a_representable_empty_shape_is_empty(fmt: str, shape: tuple[int, int]) -> None:
+    """An empty result has no entries to read: no O(extent) work (SciPy's CSC toarray took it)."""
+    t = asarray(sp.coo_array(shape, dtype=np.float64), format=fmt)
+    d, peak, _ = _traced(t.todense)
+    assert peak < _MiB, peak
+    assert d.shape == np.zeros(shape).shape and d.dtype == np.float64

@@ -296,21 +296,7 @@ def test_scipy_csr_explicit_zeros_keep_scipys_semantics() -> None:
     np.testing.assert_array_equal(ust.matmul(ust.asarray(m), x, alpha=2.0) / 2.0, want)
 
 
-_NM_NAN = pytest.mark.xfail(
-    strict=True,
-    reason="conversion defect (ust/convert/pack.py _structured): a NaN entry scores NaN and loses "
-    "its structured[n, m] slot to padding, so the stored tensor no longer holds it",
-)
-
-
-@pytest.mark.parametrize(
-    "fmt",
-    [
-        pytest.param(f, marks=_NM_NAN) if f.startswith("NM") else f
-        for f in NONFINITE_FORMATS
-        if not f.startswith("Dense")
-    ],
-)
+@pytest.mark.parametrize("fmt", [f for f in NONFINITE_FORMATS if not f.startswith("Dense")])
 def test_inf_and_nan_values_in_the_matrix_agree_with_scipy_csr(fmt: str) -> None:
     """(All-dense layouts are NumPy arrays: whether BLAS computes ``inf * 0`` is its own affair.)"""
     a = _nonfinite_matrix(fmt).copy()

@@ -345,13 +345,15 @@ def transpose(a: Any, axes: Sequence[int] | None = None, *, format: Any = None) 
 
 
 def _reduce(op: str, a: Any, axis: Any, execution: Any, route: str | None, dry: bool) -> _Result:
-    from ust.algebra.reduce import check_axis, extreme_array, sum_array
+    from ust.algebra.reduce import check_axis, check_result, extreme_array, sum_array, sum_dtype
 
     pl: Placement = place({"a": a}, execution)
     t = pl.tensor(as_tensor(a))
     ax = check_axis(t.ndim, axis)
     if op != "sum" and 0 in t.shape:
         raise ShapeError(f"{op} of a zero-size tensor of shape {t.shape}: the reduction has no identity")
+    # a dense axis result that cannot be stored: before any route (SciPy's would allocate it too)
+    check_result(t.xp, t.shape, ax, sum_dtype(t.dtype) if op == "sum" else t.dtype, op)
     d = choose(problem(op, t, device=t.device, dtype=t.dtype), route)
     if dry:
         return None, d

@@ -11,6 +11,11 @@ dimensions become a group id; sums are segmented sums over entries sorted by gro
 sorted again when they already are, e.g. CSR rows); extremes use ``maximum.at`` /
 ``minimum.at`` (on CuPy: atomics for integers, a sort by (group, value) for floating values,
 whose 64-bit atomics CuPy rounds), complex values lexicographically as NumPy orders them.
+
+An axis result is a new dense array of the kept extents: one that NumPy cannot represent or
+the device cannot hold is a ShapeError naming the bytes, before any work
+(:func:`check_result`, the rule of :func:`ust.convert.limits.check_dense`).  ``axis=None``
+takes O(nnz) time and memory at any shape (no key over all positions).
 """
 
 from __future__ import annotations
@@ -22,9 +27,18 @@ from typing import Any
 import numpy as np
 
 from ust.convert import _xp
+from ust.convert.limits import check_dense
 from ust.runtime.errors import ShapeError
 
-__all__ = ["check_axis", "extreme_array", "segment_extreme", "sorted_extreme", "sum_array", "sum_dtype"]
+__all__ = [
+    "check_axis",
+    "check_result",
+    "extreme_array",
+    "segment_extreme",
+    "sorted_extreme",
+    "sum_array",
+    "sum_dtype",
+]
 
 
 def sum_dtype(dtype: Any) -> np.dtype:
@@ -50,6 +64,22 @@ def check_axis(ndim: int, axis: Any) -> int | None:
     return ax % ndim
 
 
+def check_result(xp: ModuleType, shape: tuple[int, ...], axis: int | None, dtype: Any, op: str) -> None:
+    """ShapeError, before any work, where the dense result of ``op`` along ``axis`` (the
+    extents of ``shape`` but ``axis``, of ``dtype``) cannot be stored; ``axis=None`` (a
+    scalar) always can."""
+    if axis is None:
+        return
+    out_shape = tuple(s for d, s in enumerate(shape) if d != axis)
+    check_dense(
+        xp,
+        out_shape,
+        dtype,
+        f"{op}(axis={axis}) of a {shape} tensor, a dense {out_shape} array of {np.dtype(dtype)}",
+        hint="reduce with axis=None (a scalar, O(nnz) at any shape) or over a slice of the tensor",
+    )
+
+
 def _groups(
     xp: ModuleType, dims: tuple[Any, ...], shape: tuple[int, ...], axis: int
 ) -> tuple[Any, tuple[int, ...]]:
@@ -71,6 +101,7 @@ def sum_array(t: Any, axis: int | None) -> Any:
 
     xp = t.xp
     sdt = sum_dtype(t.dtype)
+    check_result(xp, t.shape, axis, sdt, "sum")
     ent = unpack(t)
     vals = ent.values.astype(sdt, copy=False)
     if axis is None:
@@ -180,39 +211,51 @@ def _with_zero(xp: ModuleType, op: str, x: Any) -> Any:
     return xp.where(pick_zero, x.dtype.type(0), x)
 
 
+def _merged(t: Any) -> tuple[tuple[Any, ...], Any]:
+    """``t``'s entries, duplicates summed, as dimension coordinates and values: sorted by
+    comparison of the coordinates themselves (no key over all positions, so any shape)."""
+    from ust.convert.unpack import unpack
+
+    xp = t.xp
+    ent = unpack(t, keep_zeros=False)
+    dims, values = tuple(ent.dims()), ent.values
+    if ent.unique or ent.n < 2:
+        return dims, values
+    perm = _xp.stable_order(xp, list(dims), list(t.shape))
+    if perm is not None:
+        dims, values = tuple(d[perm] for d in dims), values[perm]
+    new = xp.zeros(ent.n, dtype=bool)
+    new[0] = True
+    for d in dims:
+        new[1:] |= d[1:] != d[:-1]
+    starts = xp.flatnonzero(new)
+    if int(starts.shape[0]) < ent.n:
+        values = _xp.segment_sum(xp, values, starts)
+        dims = tuple(d[starts] for d in dims)
+    return dims, values
+
+
 def extreme_array(t: Any, axis: int | None, op: str) -> Any:
     """``t.max(axis)`` (op "maximum") or ``t.min(axis)`` (op "minimum") as an array program."""
-    from ust.algebra.coiterate import keyed
-
     xp = t.xp
     if 0 in t.shape:
         raise ShapeError(f"zero-size tensor of shape {t.shape}: {op} has no identity")
-    k = keyed(t, t.format, mode="dims")
-    dims = _decode(xp, k.keys, t.shape)
+    check_result(xp, t.shape, axis, t.dtype, "max" if op == "maximum" else "min")
+    dims, values = _merged(t)
+    n = int(values.shape[0])
     if axis is None:
         total = math.prod(t.shape)
-        if k.n == 0:
+        if n == 0:
             return t.dtype.type(0) if xp is np else xp.zeros((), dtype=t.dtype)
-        m = segment_extreme(xp, op, k.values, xp.zeros(k.n, dtype=np.int64), 1)
-        if k.n < total:
+        m = segment_extreme(xp, op, values, xp.zeros(n, dtype=np.int64), 1)
+        if n < total:
             m = _with_zero(xp, op, m)
         return m[0] if xp is np else m.reshape(())
     g, out_shape = _groups(xp, dims, t.shape, axis)
     G = math.prod(out_shape)
-    counts = xp.bincount(g, minlength=G) if k.n else xp.zeros(G, dtype=np.int64)
-    ext = segment_extreme(xp, op, k.values, g, G) if k.n else xp.zeros(G, dtype=t.dtype)
+    counts = xp.bincount(g, minlength=G) if n else xp.zeros(G, dtype=np.int64)
+    ext = segment_extreme(xp, op, values, g, G) if n else xp.zeros(G, dtype=t.dtype)
     full = counts == t.shape[axis]
     res = xp.where(full, ext, _with_zero(xp, op, ext))
     res = xp.where(counts == 0, t.dtype.type(0), res)
     return res.astype(t.dtype, copy=False).reshape(out_shape)
-
-
-def _decode(xp: ModuleType, keys: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
-    """Row-major keys back to dimension coordinates."""
-    out: list[Any] = []
-    rem = keys
-    for s in reversed(shape[1:]):
-        out.append(rem % s)
-        rem = rem // s
-    out.append(rem)
-    return tuple(reversed(out))

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ust.convert import _xp
+from ust.convert.analysis import drops_zeros
 from ust.convert.layouts import library_layout
+from ust.convert.limits import check_dense
 from ust.convert.validate import check_value_dtype
 from ust.formats.library import format as parse_format
 from ust.formats.model import Dim, Format
@@ -46,21 +48,22 @@ def from_dense(arr: Any) -> Tensor:
 
 def todense(t: Tensor) -> Any:
     """A new dense array of ``t.shape`` holding ``t``'s entries (a ShapeError, before any
-    work, where the array would not fit the device's memory)."""
+    work, where NumPy cannot represent the array or it would not fit the device's memory).
+
+    The values of stored entries are copied bit for bit (a stored ``-0.0`` entry stays
+    ``-0.0``, NaN payloads are kept); only duplicates are added."""
     xp = t.xp
     fmt = t.format
-    nbytes = int(np.prod(t.shape, dtype=object)) * t.dtype.itemsize
-    if nbytes > (1 << 30):
-        from ust.convert.limits import check_bytes
-
-        check_bytes(xp, nbytes, f"a dense array of shape {t.shape} and dtype {t.dtype}")
+    check_dense(xp, t.shape, t.dtype, f"a dense array of shape {t.shape} and dtype {t.dtype}")
+    if 0 in t.shape:  # no entries: nothing to read (a library's toarray may take O(extent) first)
+        return xp.zeros(t.shape, dtype=t.dtype)
     if fmt.is_dense and all(isinstance(lv.expr, Dim) for lv in fmt.levels):
         lvl_shape = fmt.lvl_shape(t.shape)
         order = [lv.expr.dim for lv in fmt.levels]  # type: ignore[union-attr]
         arr = t.values.reshape(lvl_shape).transpose([order.index(d) for d in range(t.ndim)])
         return xp.ascontiguousarray(arr).copy() if arr.base is t.values.base else xp.ascontiguousarray(arr)
     lay = library_layout(fmt)
-    if xp is np and t.ndim == 2 and lay is not None and lay.name != "bsc":
+    if xp is np and t.ndim == 2 and lay is not None and lay.name != "bsc" and not _stored_negative_zero(t):
         from ust.convert.scipy import to_scipy
 
         return to_scipy(t).toarray()
@@ -88,3 +91,19 @@ def todense(t: Tensor) -> Any:
         return out
     flat[lin[starts]] = _xp.segment_sum(xp, ent.values[order], starts)
     return out
+
+
+def _stored_negative_zero(t: Tensor) -> bool:
+    """``t`` stores an entry whose value is a negative zero (in its real or imaginary part):
+    scipy's ``toarray`` adds each entry into zeros, and ``0.0 + -0.0`` is ``0.0``.  Formats
+    whose zeros are fill (DIA) hold no zero entries."""
+    return not drops_zeros(t.format) and _negative_zeros(t.values)
+
+
+def _negative_zeros(values: Any) -> bool:
+    kind = np.dtype(values.dtype).kind
+    if kind == "f":
+        return bool(np.any(np.signbit(values) & (values == 0)))
+    if kind == "c":
+        return _negative_zeros(values.real) or _negative_zeros(values.imag)
+    return False

@@ -17,11 +17,16 @@ Two rules, each in one place (docs/storage.md, "Index dtype" and "Storage size")
   target needs at the least (:func:`min_storage_bytes`) are compared with the memory of the
   device that would hold them (:func:`memory_limit`: the host's physical memory, or the GPU's
   total memory); above it, a ShapeError names the bytes and suggests a hypersparse format.
+  A dense *result* (``todense``, a reduction along an axis) is checked the same way
+  (:func:`check_dense`), and first against what NumPy can represent at all: the product of
+  its nonzero extents times the itemsize must fit a signed 64-bit byte count, even when the
+  array is empty (NumPy refuses ``np.zeros((0, 2**62))``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from types import ModuleType
 from typing import Any
@@ -34,6 +39,7 @@ from ust.runtime.errors import ShapeError
 __all__ = [
     "I32_MAX",
     "check_bytes",
+    "check_dense",
     "check_index_dtype",
     "check_storage",
     "default_index_dtype",
@@ -44,6 +50,7 @@ __all__ = [
 ]
 
 I32_MAX = 2**31 - 1
+I64_MAX = 2**63 - 1
 _I32 = np.dtype(np.int32)
 _I64 = np.dtype(np.int64)
 _DENSE_LIKE = (LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE)
@@ -165,15 +172,39 @@ def _human(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def check_bytes(xp: ModuleType, nbytes: int, what: str) -> None:
-    """ShapeError when ``nbytes`` exceed :func:`memory_limit` (``what`` says what needs them)."""
+_HYPERSPARSE_HINT = "a hypersparse format (DCSR, DCSC or COO) stores it in O(nnz)"
+
+
+def check_bytes(xp: ModuleType, nbytes: int, what: str, hint: str = _HYPERSPARSE_HINT) -> None:
+    """ShapeError when ``nbytes`` exceed :func:`memory_limit` (``what`` says what needs them,
+    ``hint`` what to do instead)."""
     limit = memory_limit(xp)
     if nbytes > limit:
         where = "host memory" if xp is np else "GPU memory"
         raise ShapeError(
             f"{what} needs {nbytes} bytes ({_human(nbytes)}), more than the {_human(limit)} of "
-            f"{where}; a hypersparse format (DCSR, DCSC or COO) stores it in O(nnz)"
+            f"{where}; {hint}"
         )
+
+
+def check_dense(
+    xp: ModuleType, shape: tuple[int, ...], dtype: Any, what: str, hint: str = _HYPERSPARSE_HINT
+) -> None:
+    """ShapeError, before any work, where a new dense array of ``shape`` and ``dtype`` cannot
+    exist: NumPy (and CuPy) need the product of its nonzero extents times the itemsize to fit
+    a signed 64-bit byte count (even for an empty array), and its bytes must fit the device
+    (:func:`check_bytes`; below 1 GiB the device is not queried)."""
+    itemsize = np.dtype(dtype).itemsize
+    span = math.prod(max(int(s), 1) for s in shape) * itemsize
+    if span > I64_MAX:
+        raise ShapeError(
+            f"{what} cannot be represented: its nonzero extents times the itemsize span {span} "
+            f"bytes ({_human(span)}), beyond the 2**63 - 1 bytes a NumPy array can address "
+            f"(even an empty one); {hint}"
+        )
+    nbytes = math.prod(int(s) for s in shape) * itemsize
+    if nbytes > (1 << 30):
+        check_bytes(xp, nbytes, what, hint)
 
 
 def check_storage(

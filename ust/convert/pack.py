@@ -382,11 +382,22 @@ def _structured(
     _check_padding(fmt, shape, Q * n_keep, min(nent, Q * n_keep), max_padding)
     blk = xp.zeros((Q, m), dtype=values.dtype)
     score = xp.full((Q, m), -1.0)
+    nan_blk: Any = None
     if nent:
         blk[parent, off] = values
-        score[parent, off] = xp.abs(values)
-    # used offsets first (largest magnitude first), then unused ones in ascending order
-    sel = _xp.argsort_stable(xp, -score, axis=1)[:, :n_keep]
+        # a NaN is the largest magnitude (then inf): a stored NaN never loses its slot to
+        # padding (a NaN score would sort after it)
+        nan = xp.isnan(values)
+        score[parent, off] = xp.where(nan, np.inf, xp.abs(values))
+        if bool(nan.any()):
+            nan_blk = xp.zeros((Q, m), dtype=bool)
+            nan_blk[parent, off] = nan
+    # used offsets first (NaN, then largest magnitude first), then unused ones ascending
+    order = _xp.argsort_stable(xp, -score, axis=1)
+    if nan_blk is not None:  # NaN before inf: a second stable pass by "is NaN"
+        then = _xp.argsort_stable(xp, ~xp.take_along_axis(nan_blk, order, axis=1), axis=1)
+        order = xp.take_along_axis(order, then, axis=1)
+    sel = order[:, :n_keep]
     sel = xp.sort(sel, axis=1)
     vals = xp.take_along_axis(blk, sel, axis=1).reshape(-1)
     return sel.reshape(-1), vals, Q * n_keep

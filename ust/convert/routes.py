@@ -218,8 +218,10 @@ def convert(
             from ust.convert.unpack import unpack
 
             last = i == len(steps) - 1
+            # dense -> dense moves every slot (a -0.0 stays -0.0): no zero is fill on either side
+            keep = True if out.format.is_dense and step_fmt.is_dense else None
             out = pack(
-                unpack(out),
+                unpack(out, keep_zeros=keep),
                 step_fmt,
                 index_dtype=itype if last else None,
                 prune=prune,
