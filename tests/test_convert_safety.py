@@ -490,3 +490,13 @@ def test_todense_of_a_representable_empty_shape_is_empty(fmt: str, shape: tuple[
     d, peak, _ = _traced(t.todense)
     assert peak < _MiB, peak
     assert d.shape == np.zeros(shape).shape and d.dtype == np.float64
+
+
+@pytest.mark.parametrize("fmt", ["DIA", "DIAI", "CROW", "NM[2,4]", "CSR", "BSR[2,2]"])
+def test_empty_tensor_of_an_absurd_width_converts(fmt: str) -> None:
+    """No entries, 2^62 columns: position keys are formed in a dtype that holds the extent."""
+    t = asarray(sp.coo_array((0, 2**62)), format=fmt)
+    assert t.nse == 0 and t.shape == (0, 2**62)
+    if fmt == "DIA":  # SciPy's dia_array would need a (0, 2^62) NumPy array, which cannot exist
+        with pytest.raises(ShapeError, match="dia_array"):
+            t.to_scipy()

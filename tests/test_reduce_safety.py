@@ -89,3 +89,14 @@ def test_caller_arrays_unmodified_by_reductions() -> None:
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(A.data, data)
     assert t.shape == (N40, N40)
+
+
+def test_tall_hypersparse_axis_sums_take_the_array_program() -> None:
+    """SciPy's axis sum multiplies by a vector of ones as long as the matrix: 8 TiB at 2^40 rows."""
+    rows, cols = np.arange(10, dtype=np.int64) * 2**30, np.arange(10, dtype=np.int64) % 16
+    h = sp.coo_array((np.arange(1.0, 11), (rows, cols)), shape=(2**40, 16))
+    t = ust.asarray(h, format="COO")
+    assert "route: array-program" in ust.explain("sum", t)
+    np.testing.assert_array_equal(t.sum(axis=0), np.bincount(cols, weights=np.arange(1.0, 11), minlength=16))
+    small = ust.asarray(sp.random_array((50, 40), density=0.1, random_state=0, format="coo"))
+    assert "route: scipy" in ust.explain("sum", small)

@@ -60,6 +60,7 @@ def problem(
         has_compiler=True if on_gpu else c_compiler_available(),
         ndim=a.ndim,
         batched=a.is_batched,
+        max_extent=max(a.shape, default=0),
         other=other_text,
     )
 

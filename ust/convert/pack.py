@@ -197,7 +197,7 @@ def pack(
         if f in (LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE):
             if P * max(S, 1) > 2**62:
                 _check_padding(fmt, shape, P * S, n, max_padding)
-            pdt = _xp.work_dtype(P * S)
+            pdt = _xp.work_dtype(max(P, 1) * max(S, 1))  # S itself must fit (P = 0: no entries)
             pe = c[k].astype(pdt, copy=False) if pe is None else pe.astype(pdt, copy=False) * S + c[k]
             P *= S
             if k + 1 < L and n:

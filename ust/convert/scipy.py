@@ -305,6 +305,16 @@ def to_scipy(t: Tensor) -> Any:
         return A
     else:  # dia
         nd = int(t.crd(0).shape[0])
+        from ust.convert.limits import check_dense
+
+        # SciPy's DIA holds (diagonals, columns) as one NumPy array, even an empty one
+        check_dense(
+            np,
+            (nd, shape[1]),
+            t.dtype,
+            f"SciPy's dia_array of a {shape} tensor",
+            "convert to COO first: t.convert('COO').to_scipy()",
+        )
         A = sp.dia_array((t.values.reshape(nd, shape[1]), t.crd(0)), shape=shape)
         if not canonical:
             order = np.argsort(A.offsets, kind="stable")

@@ -37,6 +37,13 @@ class Problem:
     ndim: int = 2
     batched: bool = False
     epilog: bool = False
+    max_extent: int = 0  # the largest dimension: libraries allocate vectors that long
+
+
+#: Above this extent a library reduction's vector of ones (or its dense intermediate) would take
+#: over 1 GiB of float64 for a tensor whose own storage may be a few entries: hypersparse shapes
+#: take the O(nnz) array program instead.
+LIBRARY_EXTENT_LIMIT = 2**27
 
 
 def _square_blocks(p: Problem) -> bool:
@@ -52,6 +59,8 @@ CONDITIONS: dict[str, Callable[[Problem], bool]] = {
     "compiler": lambda p: p.has_compiler,
     "no_compiler": lambda p: not p.has_compiler,
     "plain_or_no_compiler": lambda p: p.plain or not p.has_compiler,
+    "modest_extents": lambda p: p.max_extent <= LIBRARY_EXTENT_LIMIT,
+    "canonical_modest_extents": lambda p: p.canonical and p.max_extent <= LIBRARY_EXTENT_LIMIT,
 }
 
 
@@ -214,13 +223,13 @@ def _algebra_rules() -> tuple[Rule, ...]:
         rules += [
             Rule(op, "cpu", LIBRARY_FORMATS_CPU if op == "sum" else LIBRARY_FORMATS_CPU - {"DIA"}, "scipy",
                  f"SciPy's {op} on a zero-copy {{fmt}} view (implicit zeros counted as SciPy does)",
-                 dtypes=SCIPY_VALUES),
+                 dtypes=SCIPY_VALUES, when="modest_extents"),
             Rule(op, "cpu", ANY, "array-program",
                  f"{op} as a NumPy array program over {{fmt}}'s entries (segmented reduction)",
                  dtypes=ALGEBRA_VALUES),
             *([Rule(op, "cuda", frozenset({"CSR", "CSC"}), "cupyx",
                     "CuPy's sum of a zero-copy {fmt} view (a cuSPARSE product with a vector of ones)",
-                    when="canonical")] if op == "sum" else []),
+                    when="canonical_modest_extents")] if op == "sum" else []),
             Rule(op, "cuda", ANY, "array-program",
                  f"{op} as a CuPy array program over {{fmt}}'s entries (segmented reduction)",
                  dtypes=ALGEBRA_VALUES),
