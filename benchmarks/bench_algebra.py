@@ -76,7 +76,7 @@ def _spgemm_threads(a: Any) -> int:
 
 
 def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
-    import ust.ops_algebra as ops
+    import ust.api.algebra as ops
     from ust.convert import asarray
 
     out: list[dict[str, Any]] = []
@@ -197,7 +197,7 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
 def _gpu_spgemm(n: int) -> list[dict[str, Any]]:
     import cupyx.scipy.sparse as csp
 
-    import ust.ops_algebra as ops
+    import ust.api.algebra as ops
     from ust.convert import asarray
 
     A = poisson3d(n)
@@ -220,7 +220,7 @@ def _gpu_spgemm(n: int) -> list[dict[str, Any]]:
 def _gpu_sddmm(n: int, dtype: Any) -> list[dict[str, Any]]:
     import cupy as cp
 
-    import ust.ops_algebra as ops
+    import ust.api.algebra as ops
     from ust.convert import asarray
 
     S = random_rows(n, 8, seed=3, dtype=dtype)
@@ -253,7 +253,7 @@ def _gpu_sddmm(n: int, dtype: Any) -> list[dict[str, Any]]:
 def _gpu_elementwise(rows: int) -> list[dict[str, Any]]:
     import cupyx.scipy.sparse as csp
 
-    import ust.ops_algebra as ops
+    import ust.api.algebra as ops
     from ust.convert import asarray
 
     X, Y = random_rows(rows, 8, seed=0), random_rows(rows, 8, seed=1)

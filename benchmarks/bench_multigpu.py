@@ -71,7 +71,6 @@ class _MemoryPoller:
 def child(m: int, devices: tuple[int, ...]) -> dict[str, Any]:
     """One size on one device list, in this process."""
     import cupy
-
     import ust.linalg as L
 
     a = poisson3d(m)

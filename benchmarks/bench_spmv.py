@@ -112,7 +112,7 @@ def dia_tensor(a: sp.csr_array, device: str | None = None) -> Any:
 def cpu_rows(n: int, rounds: int) -> list[dict[str, Any]]:
     import ust
     from ust.backends.cpu import ckernels
-    from ust.codegen.launch import prepare
+    from ust.backends.generated.launch import prepare
 
     rows: list[dict[str, Any]] = []
     for label, a in matrices(n):
@@ -232,8 +232,8 @@ def gpu_rows(n: int) -> list[dict[str, Any]]:
 
     import ust
     from ust.backends.cuda import kernels
-    from ust.codegen.launch import prepare
-    from ust.codegen.runtime import default_group
+    from ust.backends.generated.launch import prepare
+    from ust.codegen.schedule import default_group
 
     rows: list[dict[str, Any]] = []
     for label, a in matrices(n):

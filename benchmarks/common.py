@@ -21,7 +21,7 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 
 def poisson3d(n: int, dtype: Any = np.float64) -> sp.csr_array:
     """The 7-point 3-D Poisson matrix on an n^3 grid (n^3 rows, DIA-friendly: 7 diagonals)."""
-    from ust.demo import poisson3d as make
+    from ust.cli.demo import poisson3d as make
 
     return sp.csr_array(make(n), dtype=dtype)
 

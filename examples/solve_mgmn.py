@@ -29,7 +29,7 @@ def poisson3d(m: int) -> sp.csr_matrix:
 def main() -> None:
     from mpi4py import MPI
 
-    from ust.linalg_distributed import gather_rows, row_offsets, solve_row_block, split_csr
+    from ust.api.linalg_distributed import gather_rows, row_offsets, solve_row_block, split_csr
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--m", type=int, default=30, help="grid edge: the matrix has m^3 rows")

@@ -62,13 +62,13 @@ def coo_with_duplicates(seed: int, dtype: Any = np.float64, shape: tuple[int, in
 
 def snapshot(t: Any) -> list[np.ndarray]:
     """Copies of every buffer of a Tensor (to prove an op did not write into its inputs)."""
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     return [_xp.to_host(a).copy() for a in t.buffers().values()]
 
 
 def unchanged(t: Any, snap: list[np.ndarray]) -> bool:
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     now = [_xp.to_host(a) for a in t.buffers().values()]
     return len(now) == len(snap) and all(np.array_equal(x, y) for x, y in zip(now, snap))

@@ -188,9 +188,7 @@ def pack(
 ) -> Packed:
     """Store ``dense`` in ``fmt`` (or explicit ``entries`` (dims, value), duplicates allowed)."""
     shape = tuple(int(s) for s in dense.shape)
-    nb = 0
-    while nb < fmt.nlevels and fmt.levels[nb].format is LevelFormat.BATCH:
-        nb += 1
+    nb = fmt.nbatch
     if entries is None:
         entries = [(tuple(int(c) for c in ix), dense[tuple(ix)]) for ix in np.argwhere(dense != 0)]
     idt = np.dtype(index_dtype)
@@ -379,7 +377,7 @@ def gpu_suite() -> list[tuple[str, str, str, str, str, str, int, str]]:
         out.append((name, "mv", "row", "float64", "int64", "int64", 1, "auto"))
     for name in ("DIA", "DIAI", "DenseColMajor", "CCOL"):
         out.append((name, "mv", "row", "float64", "int32", "int32", 1, "storage"))
-    from ust.codegen.runtime import cuda_order  # the GPU's default where it differs from "auto"
+    from ust.codegen.schedule import cuda_order  # the GPU's default where it differs from "auto"
 
     for name in ALL_2D + ALL_3D + ALL_BATCHED:
         for op, layout, _ in OP_VARIANTS:

@@ -14,8 +14,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import ust
-import ust.ops_algebra as ops
+import ust.api.algebra as ops
+import ust.api.matmul as api_matmul
 from tests.algebra_cases import FORMATS, SHAPE, coo_with_duplicates, fmt, matrix, snapshot, unchanged
+from ust.api.linop import aslinearoperator
 from ust.convert import asarray
 from ust.plan import Decision
 
@@ -261,7 +263,7 @@ class _NumpyAsCupy:
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_reductions_gpu_branch_on_numpy(monkeypatch, dtype):
     """max/min through the GPU's sort-based branch equal SciPy exactly (every format)."""
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     A = matrix(11, dtype)
     A.data[:] += 1e-9  # differences below float32's resolution
@@ -385,11 +387,13 @@ def test_matmul_operator_and_rmatmul():
     t = tensor(A, "DCSR")
     x = np.arange(SHAPE[0], dtype=float)
     X = np.arange(3.0 * SHAPE[0]).reshape(3, SHAPE[0])
-    np.testing.assert_allclose(ops.rmatmul(x, t), x @ A.toarray())
-    np.testing.assert_allclose(ops.rmatmul(X, t), X @ A.toarray())
-    np.testing.assert_allclose(ops.matmul_operator(t, np.ones(SHAPE[1])), A.toarray() @ np.ones(SHAPE[1]))
-    np.testing.assert_allclose(ops.matmul_operator(X, t), X @ A.toarray())
-    sq = ops.matmul_operator(ops.transpose(t), t)
+    np.testing.assert_allclose(api_matmul.rmatmul(x, t), x @ A.toarray())
+    np.testing.assert_allclose(api_matmul.rmatmul(X, t), X @ A.toarray())
+    np.testing.assert_allclose(
+        api_matmul.matmul_operator(t, np.ones(SHAPE[1])), A.toarray() @ np.ones(SHAPE[1])
+    )
+    np.testing.assert_allclose(api_matmul.matmul_operator(X, t), X @ A.toarray())
+    sq = api_matmul.matmul_operator(ops.transpose(t), t)
     np.testing.assert_allclose(sq.todense(), A.toarray().T @ A.toarray(), atol=1e-13)
 
 
@@ -479,7 +483,7 @@ def test_linear_operator_solvers(name):
     n = 40
     P = sp.diags_array([4.0, -1.0, -1.0], offsets=[0, 1, -1], shape=(n, n), format="csr")
     t = asarray(P, fmt(name))
-    op = ops.aslinearoperator(t)
+    op = aslinearoperator(t)
     rhs = np.linspace(1, 2, n)
     x, info = spla.cg(op, rhs, rtol=1e-10)
     assert info == 0 and np.allclose(P @ x, rhs, atol=1e-8)
@@ -489,7 +493,7 @@ def test_linear_operator_solvers(name):
 
 def test_linear_operator_rmatvec_complex():
     A = matrix(28, np.complex128)
-    op = ops.aslinearoperator(tensor(A, "CSC"))
+    op = aslinearoperator(tensor(A, "CSC"))
     x = np.arange(SHAPE[1]) + 1j
     y = np.arange(SHAPE[0]) - 2j
     np.testing.assert_allclose(op.matvec(x), A.toarray() @ x)
@@ -592,7 +596,7 @@ def test_execution_override_cpu_is_a_no_op():
 
 @pytest.mark.parametrize(
     "module",
-    ["ust.ops_algebra", "ust.algebra.epilogue", "ust.algebra.linop"],
+    ["ust.api.algebra", "ust.algebra.epilogue", "ust.api.linop"],
 )
 def test_module_doctests(module):
     import doctest

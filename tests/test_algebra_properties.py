@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ust.ops_algebra as ops
+import ust.api.algebra as ops
 from tests.algebra_cases import FORMATS, fmt
 from ust.convert import asarray
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ust.codegen import cache as cache_mod
-from ust.codegen.cache import KEY_FILE, MAGIC, ArtifactCache, content_key
-from ust.codegen.compile_c import toolchain
+from ust.backends.generated import disk_cache as cache_mod
+from ust.backends.generated.compile_c import toolchain
+from ust.backends.generated.disk_cache import KEY_FILE, MAGIC, ArtifactCache
+from ust.codegen.cache import content_key
 
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 NOBODY = 65534
@@ -43,7 +44,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(
         r.getMessage()
         for r in caplog.records
-        if r.name == "ust.codegen.cache" and r.levelno == logging.WARNING
+        if r.name == "ust.backends.generated.disk_cache" and r.levelno == logging.WARNING
     )
 
 
@@ -85,7 +86,7 @@ def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_a_planted_library_is_refused_rebuilt_and_its_constructor_never_runs(
     cached: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, forgery: str
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     marker = tmp_path / "constructor-ran"
     evil = _planted_library(tmp_path, marker)
@@ -112,7 +113,7 @@ def test_a_planted_library_is_refused_rebuilt_and_its_constructor_never_runs(
 def test_a_cache_directory_others_can_write_is_not_used(
     cached: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str, mode: int
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     marker = tmp_path / "constructor-ran"
     evil = _planted_library(tmp_path, marker)
@@ -132,7 +133,7 @@ def test_a_cache_directory_others_can_write_is_not_used(
 def test_a_cache_root_owned_by_another_user_is_not_used(
     cached: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     marker = tmp_path / "constructor-ran"
     ArtifactCache("c").store(_key(SRC), ".so", _planted_library(tmp_path, marker))
@@ -146,7 +147,7 @@ def test_a_cache_root_owned_by_another_user_is_not_used(
 def test_the_cache_file_itself_is_never_dlopened(
     cached: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     opened: list[str] = []
     real = ctypes.CDLL
@@ -248,7 +249,7 @@ def test_a_bad_secret_key_makes_the_cache_unused(
 
 def test_concurrent_first_use_agrees_on_one_key(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from ust.codegen.cache import ArtifactCache\n"
+        "import sys; from pathlib import Path; from ust.backends.generated.disk_cache import ArtifactCache\n"
         "c = ArtifactCache('c', root=Path(sys.argv[1]))\n"
         "for i in range(20): c.store(f'k{i}', '.so', b'x' * i)\n"
     )
@@ -329,7 +330,7 @@ def test_something_else_at_an_entry_path_is_survived(
 def test_the_operation_succeeds_even_with_no_cache_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     (tmp_path / "cache").write_text("not a directory")
     monkeypatch.setenv("UST_CACHE_DIR", str(tmp_path / "cache"))

@@ -12,7 +12,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from ust import cli, io
-from ust.cli_tensor import (
+from ust.cli.tensor import (
     configure_convert,
     configure_show,
     run_convert,

@@ -25,8 +25,8 @@ from tests.codegen_cases import (
     scalars,
 )
 from ust.backends.cpu import ckernels
-from ust.codegen.compile_c import toolchain
-from ust.codegen.launch import prepare
+from ust.backends.generated.compile_c import toolchain
+from ust.backends.generated.launch import prepare
 from ust.runtime.errors import BackendUnavailableError, DeviceError, ShapeError, UnsupportedError
 
 pytestmark = pytest.mark.skipif(toolchain() is None, reason="no C compiler on this machine")
@@ -175,7 +175,7 @@ def test_device_mismatch_is_a_device_error() -> None:
 
 
 def test_no_compiler_is_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     monkeypatch.setattr(compile_c, "toolchain", lambda: None)
     with pytest.raises(BackendUnavailableError, match="no C compiler"):
@@ -217,7 +217,8 @@ def test_no_working_compiler_falls_back_to_scipy_with_one_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     sp = pytest.importorskip("scipy.sparse")
-    from ust.codegen import compile_c, runtime
+    from ust.backends.generated import compile_c
+    from ust.backends.generated import executors as runtime
     from ust.convert import asarray
 
     monkeypatch.setattr(compile_c, "toolchain", lambda: None)
@@ -225,7 +226,7 @@ def test_no_working_compiler_falls_back_to_scipy_with_one_warning(
     m = sp.random_array((6, 12), density=0.4, format="csr", random_state=3)
     x = np.random.default_rng(1).standard_normal(12)
     c = np.ones(6)
-    with caplog.at_level("WARNING", logger="ust.codegen.runtime"):
+    with caplog.at_level("WARNING", logger="ust.backends.generated.executors"):
         for fmt in ("DIA", "BSR[2,3]"):
             y = runtime.matmul_generated(asarray(m, format=fmt), x, c, alpha=2.0, beta=0.5)
             check(y, 2.0 * (m @ x) + 0.5 * c, "float64")
@@ -236,7 +237,7 @@ def test_no_working_compiler_falls_back_to_scipy_with_one_warning(
 
 
 def test_executor_reuses_its_bound_launch_and_sees_new_values() -> None:
-    from ust.codegen.runtime import GeneratedMatmul
+    from ust.backends.generated.executors import GeneratedMatmul
 
     a, dense, x, c = inputs("DIA", "float64", "mv", "row", None)
     ex = GeneratedMatmul(a, 2.0, 0.5, "float64", "c")

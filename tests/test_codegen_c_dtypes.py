@@ -8,7 +8,7 @@ import pytest
 from tests.codegen_cases import ALL_2D, ALL_3D, ALL_BATCHED, OP_VARIANTS, requests
 from tests.test_codegen_c import _run
 from ust.backends.cpu import ckernels
-from ust.codegen.compile_c import toolchain
+from ust.backends.generated.compile_c import toolchain
 
 pytestmark = pytest.mark.skipif(toolchain() is None, reason="no C compiler on this machine")
 

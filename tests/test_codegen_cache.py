@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ust.codegen.cache import Artifact, ArtifactCache, Memo, cache_dir, content_key
-from ust.codegen.compile_c import toolchain
+from ust.backends.generated.compile_c import toolchain
+from ust.backends.generated.disk_cache import Artifact, ArtifactCache, cache_dir
+from ust.codegen.cache import Memo, content_key
 
 
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ def test_memo_builds_once_even_under_threads() -> None:
 def test_compiled_library_is_cached_on_disk_and_a_corrupt_one_rebuilt(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from ust.codegen import compile_c
+    from ust.backends.generated import compile_c
 
     monkeypatch.setenv("UST_CACHE_DIR", str(tmp_path))
     src = "int ust_answer(void) { return 42; }\n"

@@ -147,9 +147,9 @@ def test_cuda_route_host_side(fake_cupy: list[str], name: str, op: str, layout: 
 
 def test_group_default_out_and_cache_reload(fake_cupy: list[str]) -> None:
     from ust.backends.cuda import kernels
+    from ust.backends.generated.launch import prepare
     from ust.codegen.cache import Memo
-    from ust.codegen.launch import prepare
-    from ust.codegen.runtime import default_group
+    from ust.codegen.schedule import default_group
 
     a, dense, x, _ = inputs("CSR", "float64", "mv", "row", None)
     assert default_group(a, "mv") == 1  # ~2 entries per row

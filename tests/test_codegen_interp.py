@@ -23,8 +23,8 @@ from tests.codegen_cases import (
     scalars,
 )
 from ust.backends.cpu.ckernels import _empty
+from ust.backends.generated.launch import prepare
 from ust.codegen import interpret
-from ust.codegen.launch import prepare
 from ust.codegen.lower import lower, plan
 from ust.runtime.errors import ShapeError, UnsupportedError
 

@@ -164,7 +164,7 @@ def test_source_api_accepts_names_text_formats_and_tensors() -> None:
 
 def test_importing_codegen_loads_no_gpu_package_and_no_compiler() -> None:
     code = (
-        "import sys, ust, ust.codegen, ust.codegen.runtime, ust.backends.cuda.kernels, ust.backends.cuda.nvrtc;"
+        "import sys, ust, ust.codegen, ust.codegen.schedule, ust.backends.generated.executors, ust.backends.cuda.kernels, ust.backends.cuda.nvrtc;"
         "bad = [m for m in ('cupy', 'torch', 'cuda') if m in sys.modules];"
         "print(bad)"
     )
@@ -176,7 +176,7 @@ def test_default_threads_per_row() -> None:
     import numpy as np
 
     from tests.codegen_cases import pack
-    from ust.codegen.runtime import default_group
+    from ust.codegen.schedule import default_group
 
     rng = np.random.default_rng(0)
     wide = np.where(rng.random((8, 400)) < 0.5, 1.0, 0.0)

@@ -316,7 +316,7 @@ class _NumpyAsCupy:
 
 
 def test_cupy_branches_on_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     rng = np.random.default_rng(4)
     Msp = sp.random_array((12, 18), density=0.3, rng=rng, format="coo")

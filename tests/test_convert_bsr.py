@@ -1,7 +1,7 @@
 """CSR/COO/CSC/DIA -> BSR: exact buffers of scipy's ``tobsr`` followed by ``sort_indices``.
 
 The CPU route merges each block row's CSR rows by block column in C
-(:mod:`ust.convert.bsr_c`); without a compiler it falls back to scipy's ``tobsr``
+(:mod:`ust.backends.cpu.bsr_c`); without a compiler it falls back to scipy's ``tobsr``
 and a block sort.  Both must give scipy's canonical buffers bit for bit: blocks sorted by
 block column, explicit zeros kept, duplicates summed, index dtype as ``csr_array.tobsr``.
 """
@@ -15,8 +15,9 @@ import pytest
 import scipy.sparse as sp
 
 import ust.runtime.cpu_threads as cpu_threads
-from ust.convert import asarray, bsr_c
-from ust.convert.bsr_c import csr_to_bsr
+from ust.backends.cpu import bsr_c
+from ust.backends.cpu.bsr_c import csr_to_bsr
+from ust.convert import asarray
 from ust.convert.routes import explain_route
 from ust.convert.scipy import csr_tobsr_sorted
 from ust.runtime.errors import FormatError
@@ -175,7 +176,7 @@ def test_convert_routes_exact(src: str, index: Any, dtype: str) -> None:
 
 
 def test_parallel_kernel_on_a_large_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ust.demo import poisson3d
+    from ust.cli.demo import poisson3d
 
     a = sp.csr_array(poisson3d(40))  # 440 k entries: above the one-thread threshold
     monkeypatch.setattr(cpu_threads, "THREADS", 2)

@@ -17,9 +17,9 @@ import scipy.sparse as sp
 import ust
 from tests.support import SPARSE_2D, STANDARD_2D
 from ust.convert import asarray
-from ust.convert.limits import I32_MAX, min_storage_bytes
 from ust.runtime.errors import ShapeError
 from ust.tensor import Tensor
+from ust.tensor.limits import I32_MAX, min_storage_bytes
 
 #: Formats whose levels are all compressed / singleton: O(nnz) storage at any shape.
 HYPERSPARSE_2D = ["COO", "DCSR", "DCSC"]

@@ -8,7 +8,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from ust.cli import main
-from ust.demo import poisson3d, run
+from ust.cli.demo import poisson3d, run
 
 
 def test_demo_runs_and_checks_its_results() -> None:
@@ -76,7 +76,7 @@ def test_progress_line_only_for_long_work() -> None:
     import io
     import time
 
-    from ust.progress import progress
+    from ust.cli.progress import progress
 
     buf = io.StringIO()
     with progress("quick", stream=buf, force=True, delay=0.5):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ust.cli import main
-from ust.info import collect_info, format_info
+from ust.cli.info import collect_info, format_info
 
 
 def test_report_lists_every_probe_with_a_fix_when_missing() -> None:

@@ -367,7 +367,7 @@ def test_reference_implementation_interop(tmp_path: Path, monkeypatch: pytest.Mo
     bsp.save_binsparse(ref, tmp_path / "ref.npz")
     np.testing.assert_array_equal(io.load(tmp_path / "ref.npz").todense(), M)
     # the reference parses versions as SemVer ("0.1.0"); the spec writes "0.1"
-    monkeypatch.setattr(io, "BINSPARSE_VERSION", "0.1.0")
+    monkeypatch.setattr(io.binsparse, "BINSPARSE_VERSION", "0.1.0")
     D = _dense3()
     for name, expected in [("CSC", "CSC"), ("COO", "COOR"), ("DCSR", "DCSR"), ("CSF", "custom")]:
         io.save(tmp_path / "u.npz", asarray(D if name == "CSF" else M, name))

@@ -348,7 +348,7 @@ def _npz_bytes(t: Tensor) -> bytes:
 
     buf = _io.BytesIO()
 
-    from ust.io import _array_names
+    from ust.io.binsparse import _array_names
 
     arrays = {
         name: (t.pos(k) if kind == "pos" else t.crd(k)) for (kind, k), name in _array_names(t.format).items()
@@ -587,7 +587,7 @@ def test_scipy_reads_what_ust_writes(tmp_path: Path, symmetry: str, dense: bool)
 
 def test_matches_scipy_on_a_large_random_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Many body chunks (made small here); sorted row-major, as SciPy reads it."""
-    from ust import _mmio
+    from ust.io import _mmio
 
     monkeypatch.setattr(_mmio, "_CHUNK", 4096)
     a = sp.random_array((3000, 2000), density=0.02, rng=np.random.default_rng(2), format="coo")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
-
 import ust.linalg as L
+
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
@@ -472,7 +472,7 @@ def test_solve_command_prints_phases(tmp_path: object, capsys: pytest.CaptureFix
 
     import scipy.io
 
-    from ust._cli_solve import configure, solve_command
+    from ust.cli.solve import configure, solve_command
 
     path = tmp_path / "a.mtx"  # type: ignore[operator]
     scipy.io.mmwrite(str(path), advection_diffusion(10))

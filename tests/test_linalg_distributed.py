@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import ust.linalg as L
 from hypothesis import given
 from hypothesis import strategies as st
 
-import ust.linalg as L
-import ust.linalg_distributed as D
+import ust.api.linalg_distributed as D
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import ust.linalg as L
 from hypothesis import given
 from hypothesis import strategies as st
 
 import ust
-import ust.linalg as L
 from tests.linalg_safety_cases import (
     FAMILIES,
     ISSUE_MATRIX,

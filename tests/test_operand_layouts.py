@@ -166,7 +166,7 @@ def test_one_shot_cache_keys_on_the_layout() -> None:
 @pytest.mark.parametrize("fmt", ["DCSR", "BSR[2,3]", "DIA"])
 def test_generated_entry_points_write_into_a_strided_out(fmt: str) -> None:
     from ust.backends.cpu.ckernels import matmul_c
-    from ust.codegen.runtime import matmul_generated
+    from ust.backends.generated.executors import matmul_generated
 
     a = np.arange(1.0, 37.0).reshape(6, 6) * (np.arange(36).reshape(6, 6) % 4 == 0)
     t = _tensor(a, fmt)
@@ -188,7 +188,7 @@ def test_generated_entry_points_write_into_a_strided_out(fmt: str) -> None:
 
 
 def test_dense_operand_copies_only_what_it_must() -> None:
-    from ust.codegen.launch import array_layout, dense_operand
+    from ust.backends.generated.launch import array_layout, dense_operand
 
     c = np.arange(12.0).reshape(3, 4)
     f = np.asfortranarray(c)
@@ -258,8 +258,8 @@ def test_inf_and_nan_in_x_agree_with_scipy_csr(fmt: str) -> None:
 
 def test_padded_routes_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SciPy fallbacks (no C compiler) drop the padding of DIA / BSR / BSC / CROW too."""
-    import ust.codegen.runtime as rt
-    import ust.ops_matmul as om
+    import ust.api.matmul as om
+    import ust.backends.generated.executors as rt
 
     monkeypatch.setattr(om, "c_compiler_available", lambda: False)
     monkeypatch.setattr(rt, "_no_compiler", lambda: True)

@@ -1,4 +1,4 @@
-"""ust.plot: PNGs of the sparsity pattern and the level structure; the helpers they share."""
+"""ust.io.plot: PNGs of the sparsity pattern and the level structure; the helpers they share."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 from ust.convert import asarray
-from ust.plot import binned_counts, grid_shape, stored_grid
+from ust.io.plot import binned_counts, grid_shape, stored_grid
 from ust.runtime.errors import BackendUnavailableError
 
 M = np.array(
@@ -85,7 +85,7 @@ def test_binned_counts_sum_and_area() -> None:
 )
 def test_plot_writes_png(tmp_path: Path, make: Any) -> None:
     pytest.importorskip("matplotlib")
-    from ust.plot import plot
+    from ust.io.plot import plot
 
     t = make()
     before = {k: np.array(v, copy=True) for k, v in t.buffers().items()}
@@ -99,7 +99,7 @@ def test_plot_writes_png(tmp_path: Path, make: Any) -> None:
 
 def test_plot_large_uses_density_image(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from ust.plot import plot
+    from ust.io.plot import plot
 
     n = 3000
     a = sp.diags_array([np.ones(n - 1), 2 * np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1], format="csr")
@@ -111,7 +111,7 @@ def test_plot_large_uses_density_image(tmp_path: Path) -> None:
 
 def test_plot_returns_figure_without_saving(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from ust.plot import plot
+    from ust.io.plot import plot
 
     fig = plot(asarray(M, "CSR"))
     fig.savefig(tmp_path / "later.png")
@@ -120,7 +120,7 @@ def test_plot_returns_figure_without_saving(tmp_path: Path) -> None:
 
 
 def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ust import plot as plot_module
+    from ust.io import plot as plot_module
 
     real_import = builtins.__import__
 
@@ -140,6 +140,6 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 def test_importing_ust_plot_does_not_import_matplotlib() -> None:
     import subprocess
 
-    code = "import sys, ust.plot; print('matplotlib' in sys.modules)"
+    code = "import sys, ust.io.plot; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

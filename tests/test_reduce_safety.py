@@ -1,6 +1,6 @@
 """Reductions of hypersparse tensors: ``axis=None`` in O(nnz) at any shape; an axis result
 that no device can hold is a ShapeError naming the bytes (the rule of
-:func:`ust.convert.limits.check_dense`), before any work, never a raw MemoryError."""
+:func:`ust.tensor.limits.check_dense`), before any work, never a raw MemoryError."""
 
 from __future__ import annotations
 

@@ -386,7 +386,7 @@ def test_import_ust_loads_no_gpu_package() -> None:
     code = (
         "import sys, ust, ust.runtime.spaces, ust.runtime.stateful, ust.runtime.streams, ust.runtime.log, "
         "ust.backends.cuda._lib, ust.backends.cuda.arrays, ust.backends.cuda.cudss, ust.backends.cpu.superlu, "
-        "ust.linalg, ust._cli_solve\n"
+        "ust.linalg, ust.cli.solve\n"
         "bad = [m for m in ('cupy', 'cupyx', 'torch', 'cuda', 'numba') if m in sys.modules]\n"
         "print(','.join(bad))"
     )

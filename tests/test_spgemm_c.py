@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 import ust.algebra.spgemm_c as spgemm_c
 import ust.runtime.cpu_threads as cpu_threads
-from ust.demo import poisson3d
+from ust.cli.demo import poisson3d
 from ust.plan.planner import c_compiler_available
 
 pytestmark = pytest.mark.skipif(not c_compiler_available(), reason="needs a C compiler")

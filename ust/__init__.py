@@ -8,12 +8,17 @@ loads no GPU package, no compiler and builds no parser; those load when a route 
 
 from __future__ import annotations
 
-from ust import dense, formats, io, ops
+import sys
+
+from ust import formats, io
+from ust._version import __version__
+from ust.api import dense, linalg, ops
+from ust.api.algebra import sddmm
+from ust.api.explain import explain
+from ust.api.linalg import DirectSolver, DirectSolverOptions, solve
+from ust.api.matmul import Matmul, matmul
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
-from ust.linalg import DirectSolver, DirectSolverOptions, solve
-from ust.ops_algebra import sddmm
-from ust.ops_matmul import Matmul, explain, matmul
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
@@ -31,7 +36,11 @@ from ust.runtime.errors import (
 )
 from ust.tensor import Tensor
 
-__version__ = "0.1.0"
+# the public module names of the api layer: ``import ust.dense`` / ``from ust.linalg import solve``
+# give the very modules of ust.api (one object, so monkeypatching either name patches both)
+for _name, _module in (("dense", dense), ("linalg", linalg), ("ops", ops)):
+    sys.modules[f"{__name__}.{_name}"] = _module
+del _name, _module
 
 __all__ = [
     "BackendUnavailableError",
@@ -60,6 +69,7 @@ __all__ = [
     "format",
     "formats",
     "io",
+    "linalg",
     "load_formats",
     "matmul",
     "ops",

@@ -12,8 +12,9 @@ import pytest
 import scipy.sparse as sp
 
 import ust
-import ust.ops_algebra as ops
+import ust.api.algebra as ops
 from tests.algebra_cases import FORMATS, SHAPE, coo_with_duplicates, fmt, matrix, snapshot, unchanged
+from ust.api.linop import aslinearoperator
 from ust.convert import asarray
 
 pytestmark = pytest.mark.gpu
@@ -33,7 +34,7 @@ def gpu(A, name):
 
 
 def host(x):
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     if hasattr(x, "format") and hasattr(x, "todense"):
         assert x.device.startswith("cuda")
@@ -187,7 +188,7 @@ def test_spgemm_cusparse_sorted_csr_and_integers(cp):
 
 def _pattern(t):
     from ust.algebra.slots import slots
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     p = np.zeros(t.shape, bool)
     p[tuple(_xp.to_host(d) for d in slots(t).dims)] = True
@@ -258,7 +259,7 @@ def test_linear_operator_cupyx_cg(cp):
     n = 64
     P = sp.diags_array([4.0, -1.0, -1.0], offsets=[0, 1, -1], shape=(n, n), format="csr")
     t = asarray(P, "DIA").to("cuda")
-    x, info = cg(ops.aslinearoperator(t), cp.ones(n), rtol=1e-10)
+    x, info = cg(aslinearoperator(t), cp.ones(n), rtol=1e-10)
     assert int(info) == 0
     np.testing.assert_allclose(P @ cp.asnumpy(x), np.ones(n), atol=1e-8)
 

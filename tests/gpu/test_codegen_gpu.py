@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 from ust.backends.cuda import kernels  # noqa: E402
-from ust.codegen.launch import prepare  # noqa: E402
+from ust.backends.generated.launch import prepare  # noqa: E402
 from ust.runtime.errors import DeviceError  # noqa: E402
 
 

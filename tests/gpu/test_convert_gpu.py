@@ -189,7 +189,7 @@ def test_torch_cuda_zero_copy() -> None:
 def test_segment_sum_is_exact(dtype: type) -> None:
     """Runs of one value come back bitwise, runs of two as one addition (CuPy's add.reduceat
     differences a cumsum and does neither)."""
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     rng = np.random.default_rng(5)
     v = rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 8, 1000)

@@ -193,7 +193,7 @@ def test_stateful_autotune_reset_free():
 
 
 def test_exhaustive_autotune_runs_every_accepted_configuration(tmp_path):
-    from ust.backends.cuda import cublaslt_sweep
+    from ust.backends.cuda import cublaslt as cublaslt_sweep
 
     a, b, bias = rand((4, 512, 256), "float32"), rand((4, 256, 384), "float32"), rand((384,), "float32")
     ga, gb, gbias = (cp.asarray(x) for x in (a, b, bias))

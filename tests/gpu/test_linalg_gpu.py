@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
-
 import ust.linalg as L
+
 from ust.runtime.errors import InvalidStateError, ShapeError, SingularMatrixError, SolverAccuracyError
 
 pytestmark = pytest.mark.gpu

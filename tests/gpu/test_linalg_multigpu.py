@@ -10,7 +10,6 @@ import logging
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 import ust.linalg as L
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]

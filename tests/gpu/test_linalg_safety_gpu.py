@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 import ust.linalg as L
+
 from tests.linalg_safety_cases import (
     FAMILIES,
     ISSUE_MATRIX,

@@ -155,7 +155,7 @@ def test_host_operands_in_any_layout_with_cuda_execution() -> None:
 @pytest.mark.parametrize("fmt", ["DCSR", "BSR[2,3]", "DIA"])
 def test_generated_cuda_entry_points_write_into_a_strided_out(fmt: str) -> None:
     from ust.backends.cuda.kernels import matmul_cuda
-    from ust.codegen.runtime import matmul_generated
+    from ust.backends.generated.executors import matmul_generated
 
     a = np.arange(1.0, 37.0).reshape(6, 6) * (np.arange(36).reshape(6, 6) % 4 == 0)
     t = _gpu_tensor(a, fmt)

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import sort_prefix
+from ust.formats.analysis import sort_prefix
 from ust.formats.model import Format
+from ust.runtime import xp as _xp
 from ust.runtime.errors import UnsupportedError
 
 __all__ = ["Keyed", "canonical", "intersection", "keyed", "to_tensor", "union"]

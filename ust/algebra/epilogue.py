@@ -37,7 +37,7 @@ def apply_epilog(result: Any, text: str, params: Mapping[str, Any] | None = None
     params = epilog_inputs(params, result.values if isinstance(result, Tensor) else result)
     if not isinstance(result, Tensor):
         return ep.apply(result, params)
-    from ust.convert.analysis import drops_zeros
+    from ust.formats.analysis import drops_zeros
 
     vals = result.values.reshape(-1)
     if not drops_zeros(result.format) or result.format.is_dense:

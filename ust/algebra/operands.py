@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
+from ust.runtime import xp as _xp
 from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
 from ust.runtime.spaces import ExecutionSpace, operand_package, parse_execution, resolve_space, to_space
 

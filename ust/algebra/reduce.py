@@ -14,7 +14,7 @@ whose 64-bit atomics CuPy rounds), complex values lexicographically as NumPy ord
 
 An axis result is a new dense array of the kept extents: one that NumPy cannot represent or
 the device cannot hold is a ShapeError naming the bytes, before any work
-(:func:`check_result`, the rule of :func:`ust.convert.limits.check_dense`).  ``axis=None``
+(:func:`check_result`, the rule of :func:`ust.tensor.limits.check_dense`).  ``axis=None``
 takes O(nnz) time and memory at any shape (no key over all positions).
 """
 
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.limits import check_dense
+from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError
+from ust.tensor.limits import check_dense
 
 __all__ = [
     "check_axis",

@@ -83,7 +83,7 @@ def _array_program(job: _Job) -> Any:
 
 def _cusparse(job: _Job) -> Any:
     from ust.backends.cuda.cusparse_algebra import sddmm_csr
-    from ust.codegen.launch import dense_operand
+    from ust.backends.generated.launch import dense_operand
 
     s = job.s
     xp = s.xp
@@ -200,7 +200,7 @@ def sddmm(
 ) -> tuple[Any, Any]:
     """SDDMM on one device (``s`` a Tensor, ``a`` / ``b`` NumPy or CuPy arrays); (result, decision)
     (``dry``: the checks and the decision only, result None)."""
-    from ust.convert.analysis import entries_unique
+    from ust.formats.analysis import entries_unique
 
     if s.ndim != 2 or s.is_batched:
         raise UnsupportedError(f"sddmm samples a 2-D pattern; S has shape {s.shape} in {s.format.map_text()}")

@@ -19,9 +19,9 @@ import numpy as np
 
 from ust.algebra.coiterate import Keyed, _starts, to_tensor
 from ust.algebra.problem import choose, problem
-from ust.convert import _xp
 from ust.formats.library import get
 from ust.formats.model import Format
+from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError, UnsupportedError
 
 __all__ = ["spgemm"]
@@ -165,7 +165,7 @@ def spgemm(a: Any, b: Any, fmt: Format, route: str | None = None, *, dry: bool =
     # refused before any work where no memory holds them (hypersparse shapes)
     need = 8 * (2 * a.shape[0] + b.shape[0] + 3)
     if need > (1 << 30):
-        from ust.convert.limits import check_bytes
+        from ust.tensor.limits import check_bytes
 
         check_bytes(
             a.xp, need, f"sparse @ sparse of {a.shape} by {b.shape} (row pointers of A, B and the result)"

@@ -24,7 +24,7 @@ canonical result in one pass over the rows:
   products and otherwise the cores that other processes leave free.
 
 The source is generated per (value type, index type), compiled with the system compiler
-through :mod:`ust.codegen.compile_c` (cached on disk by a hash of the source).
+through :mod:`ust.backends.generated.compile_c` (cached on disk by a hash of the source).
 """
 
 from __future__ import annotations
@@ -477,7 +477,7 @@ def source(value_dtype: Any, index_dtype: Any) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _library(value: str, index: str) -> Any:
-    from ust.codegen.compile_c import load_library
+    from ust.backends.generated.compile_c import load_library
 
     lib = load_library(source(value, index), name=f"ust_spgemm_{value}_{index}")
     vp, i64, cint = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int

@@ -18,27 +18,8 @@ side-steps the complex-by-value calling convention), then the buffers.
 
 from __future__ import annotations
 
-from ust.codegen.ir import (
-    BIN_OPS,
-    Accumulate,
-    Assign,
-    Bin,
-    Block,
-    Const,
-    Decl,
-    Expr,
-    If,
-    Kernel,
-    Let,
-    Load,
-    Loop,
-    Param,
-    Stmt,
-    Store,
-    Un,
-    Var,
-    walk,
-)
+from ust.codegen.emit_cstyle import CStyleRenderer
+from ust.codegen.ir import Accumulate, Block, Const, Kernel, Loop, Param, walk
 
 __all__ = ["C_INDEX", "C_SCALAR", "C_VALUE", "c_abi", "emit_c"]
 
@@ -70,8 +51,19 @@ def c_abi(kernel: Kernel) -> list[tuple[str, str]]:
     return out
 
 
-def _expr(e: Expr, parent: int = 0) -> str:
-    if isinstance(e, Const):
+class _CEmitter(CStyleRenderer):
+    value_types = C_VALUE
+    index_types = C_INDEX
+    bool_type = "int"
+
+    def __init__(self, kernel: Kernel, simd: bool) -> None:
+        super().__init__(kernel)
+        self.complex = kernel.value_dtype.startswith("complex")
+        self.simd = simd and not self.complex
+        self.partials = False  # atomic accumulations go to the thread's partial output instead
+        self.in_par = False  # inside a parallel region
+
+    def const(self, e: Const) -> str:
         if e.kind == "bool":
             return "1" if e.value else "0"
         if e.kind == "value":
@@ -79,73 +71,17 @@ def _expr(e: Expr, parent: int = 0) -> str:
             if v.imag:
                 return f"({v.real!r} + {v.imag!r} * I)"
             return repr(float(v.real))
-        return str(int(e.value))  # type: ignore[arg-type]
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Load):
-        return f"{e.buf}[{_expr(e.index)}]"
-    if isinstance(e, Un):
-        return f"{e.op}{_expr(e.a, 10)}"
-    if isinstance(e, Bin):
-        if e.op in ("min", "max"):
-            cmp = "<" if e.op == "min" else ">"
-            a, b = _expr(e.a), _expr(e.b)
-            return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
-        prec = BIN_OPS[e.op]
-        op = "/" if e.op == "//" else e.op
-        text = f"{_expr(e.a, prec)} {op} {_expr(e.b, prec + 1)}"
-        return f"({text})" if prec < parent else text
-    raise TypeError(f"not an IR expression: {e!r}")
+        return super().const(e)
 
+    def par_block(self, b: Block, depth: int, in_par: bool) -> None:
+        """``b`` rendered with ``in_par`` (inside a parallel region or not)."""
+        saved, self.in_par = self.in_par, in_par
+        self.block(b, depth)
+        self.in_par = saved
 
-class _CEmitter:
-    def __init__(self, kernel: Kernel, simd: bool) -> None:
-        self.k = kernel
-        self.vt = C_VALUE[kernel.value_dtype]
-        self.it = C_INDEX[kernel.itype]
-        self.complex = kernel.value_dtype.startswith("complex")
-        self.simd = simd and not self.complex
-        self.lines: list[str] = []
-        self.partials = False  # atomic accumulations go to the thread's partial output instead
-
-    def out(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text)
-
-    def block(self, b: Block, depth: int, in_par: bool) -> None:
-        for s in b.body:
-            self.stmt(s, depth, in_par)
-
-    def stmt(self, s: Stmt, depth: int, in_par: bool) -> None:
-        if isinstance(s, Block):
-            self.out(depth, "{")
-            self.block(s, depth + 1, in_par)
-            self.out(depth, "}")
-        elif isinstance(s, Let):
-            t = self.vt if s.kind == "value" else ("int" if s.kind == "bool" else self.it)
-            self.out(depth, f"const {t} {s.name} = {_expr(s.value)};")
-        elif isinstance(s, Decl):
-            t = self.vt if s.kind == "value" else self.it
-            self.out(depth, f"{t} {s.name} = {_expr(s.value)};")
-        elif isinstance(s, Assign):
-            self.out(depth, f"{s.name} = {_expr(s.value)};")
-        elif isinstance(s, Loop):
-            self.loop(s, depth, in_par)
-        elif isinstance(s, If):
-            self.out(depth, f"if ({_expr(s.cond)}) {{")
-            self.block(s.then, depth + 1, in_par)
-            if s.orelse is not None:
-                self.out(depth, "} else {")
-                self.block(s.orelse, depth + 1, in_par)
-            self.out(depth, "}")
-        elif isinstance(s, Store):
-            self.out(depth, f"{s.buf}[{_expr(s.index)}] = {_expr(s.value)};")
-        elif isinstance(s, Accumulate):
-            self.accumulate(s, depth, in_par)
-        else:
-            raise TypeError(f"not an IR statement: {s!r}")
-
-    def accumulate(self, s: Accumulate, depth: int, in_par: bool) -> None:
-        idx, val = _expr(s.index), _expr(s.value)
+    def accumulate(self, s: Accumulate, depth: int) -> None:
+        in_par = self.in_par
+        idx, val = self.expr(s.index), self.expr(s.value)
         if s.atomic and in_par and self.partials:
             self.out(depth, f"ust_yp[{idx}] += {val};")
         elif not (s.atomic and in_par):
@@ -164,46 +100,37 @@ class _CEmitter:
             self.out(depth + 1, f"ust_p[1] += {im}(ust_v);")
             self.out(depth, "}")
 
-    def head(self, s: Loop) -> str:
-        return f"for ({self.it} {s.var} = {_expr(s.lo)}; {s.var} < {_expr(s.hi)}; ++{s.var}) {{"
-
-    def loop(self, s: Loop, depth: int, in_par: bool) -> None:
+    def loop(self, s: Loop, depth: int) -> None:
+        in_par = self.in_par
         if s.parallel and not in_par and s.tag == "batch":
             self.out(depth, "#pragma omp parallel")
             self.out(depth, "{")
             self.thread_output(depth + 1)
-            self.out(depth + 1, self.head(s))
-            self.block(s.body, depth + 2, in_par=True)
+            self.out(depth + 1, self.for_head(s))
+            self.par_block(s.body, depth + 2, in_par=True)
             self.out(depth + 1, "}")
             self.out(depth, "}")
             return
         if s.parallel and s.tag == "rows" and (not in_par or self._in_batch(s)):
-            chain = [s]
-            while (
-                len(chain[-1].body.body) == 1
-                and isinstance(chain[-1].body.body[0], Loop)
-                and chain[-1].body.body[0].parallel
-                and chain[-1].body.body[0].tag == "rows"
-            ):
-                chain.append(chain[-1].body.body[0])
+            chain = self.rows_chain(s)
             collapse = f" collapse({len(chain)})" if len(chain) > 1 else ""
             if in_par:
                 self.out(depth, f"#pragma omp for schedule(static){collapse} nowait")
             elif self.partials:
-                trip = f"({_expr(s.hi)}) - ({_expr(s.lo)})"
+                trip = f"({self.expr(s.hi)}) - ({self.expr(s.lo)})"
                 self.out(depth, f"#pragma omp parallel if({trip} > {PAR_THRESHOLD})")
                 self.out(depth, "{")
                 depth += 1
                 self.thread_output(depth)
                 self.out(depth, f"#pragma omp for schedule(static){collapse}")
             else:
-                trip = f"({_expr(s.hi)}) - ({_expr(s.lo)})"
+                trip = f"({self.expr(s.hi)}) - ({self.expr(s.lo)})"
                 self.out(
                     depth, f"#pragma omp parallel for schedule(static){collapse} if({trip} > {PAR_THRESHOLD})"
                 )
             for d, lp in enumerate(chain):
-                self.out(depth + d, self.head(lp))
-            self.block(chain[-1].body, depth + len(chain), in_par=True)
+                self.out(depth + d, self.for_head(lp))
+            self.par_block(chain[-1].body, depth + len(chain), in_par=True)
             for d in reversed(range(len(chain))):
                 self.out(depth + d, "}")
             if self.partials and not in_par:
@@ -211,9 +138,7 @@ class _CEmitter:
             return
         if s.reduce and self.simd and not any(isinstance(n, Loop) for n in walk(s.body)):
             self.out(depth, f"#pragma omp simd reduction(+:{s.reduce})")
-        self.out(depth, self.head(s))
-        self.block(s.body, depth + 1, in_par)
-        self.out(depth, "}")
+        self.serial_loop(s, depth)
 
     def thread_output(self, depth: int) -> None:
         """``ust_yp``: where this thread accumulates (thread 0: y itself; others: a partial)."""
@@ -248,7 +173,7 @@ class _CEmitter:
         )
         self.out(2, "if (ust_nt == 1 || ust_part != NULL) {")
         self.partials = True
-        self.block(body, 3, in_par=False)
+        self.par_block(body, 3, in_par=False)
         self.partials = False
         self.out(3, "if (ust_part != NULL) {")
         self.out(4, f"#pragma omp parallel for schedule(static) if(NY > {PAR_THRESHOLD})")
@@ -262,7 +187,7 @@ class _CEmitter:
         self.out(4, "free(ust_part);")
         self.out(3, "}")
         self.out(2, "} else {")
-        self.block(body, 3, in_par=False)
+        self.par_block(body, 3, in_par=False)
         self.out(2, "}")
         self.out(1, "}")
 
@@ -298,11 +223,11 @@ class _CEmitter:
             self.out(1, f"const {self.vt} {name} = vscal[{i}];")
         if k.init is not None:
             self.out(1, "/* init: y = beta * y0 (or 0) before accumulating into it */")
-            self.block(k.init, 1, in_par=False)
+            self.par_block(k.init, 1, in_par=False)
         if _has_atomics(k):
             self.main_with_partials(k.body)
         else:
-            self.block(k.body, 1, in_par=False)
+            self.par_block(k.body, 1, in_par=False)
         self.out(0, "}")
         return "\n".join(self.lines) + "\n"
 

@@ -20,28 +20,8 @@ values, which are a struct of two reals with ``+`` and ``*`` defined here).  The
 
 from __future__ import annotations
 
-from ust.codegen.ir import (
-    BIN_OPS,
-    Accumulate,
-    Assign,
-    Bin,
-    Block,
-    Const,
-    Decl,
-    Expr,
-    If,
-    Kernel,
-    Let,
-    Load,
-    Loop,
-    Param,
-    Stmt,
-    Store,
-    Un,
-    Var,
-    free_names,
-    walk,
-)
+from ust.codegen.emit_cstyle import CStyleRenderer
+from ust.codegen.ir import Accumulate, Bin, Const, Expr, Kernel, Loop, Param, Store, free_names, walk
 
 __all__ = [
     "BLOCK",
@@ -91,44 +71,6 @@ __device__ __forceinline__ void ust_atomic_add(ust_c64 *p, ust_c64 v) { atomicAd
 """
 
 
-def _const(e: Const, vt: str) -> str:
-    if e.kind == "bool":
-        return "true" if e.value else "false"
-    if e.kind == "value":
-        v = complex(e.value)
-        if vt.startswith("ust_c"):
-            return f"{vt}{{{v.real!r}, {v.imag!r}}}" if v else f"{vt}{{}}"
-        return f"{vt}({v.real!r})" if v else f"{vt}{{}}"
-    return str(int(e.value))  # type: ignore[arg-type]
-
-
-def _expr(e: Expr, vt: str, parent: int = 0) -> str:
-    if isinstance(e, Const):
-        return _const(e, vt)
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Load):
-        return f"{e.buf}[{_expr(e.index, vt)}]"
-    if isinstance(e, Un):
-        return f"{e.op}{_expr(e.a, vt, 10)}"
-    if isinstance(e, Bin):
-        if e.op in ("min", "max"):
-            cmp = "<" if e.op == "min" else ">"
-            x, y = _expr(e.a, vt), _expr(e.b, vt)
-            return f"(({x}) {cmp} ({y}) ? ({x}) : ({y}))"
-        if e.op in ("==", "!=") and vt.startswith("ust_c") and isinstance(e.b, Const) and e.b.kind == "value":
-            # complex values are structs here: compare part by part (padding guards, val != 0)
-            x, v = _expr(e.a, vt, 10), complex(e.b.value)
-            join = " || " if e.op == "!=" else " && "
-            text = f"{x}.re {e.op} {v.real!r}{join}{x}.im {e.op} {v.imag!r}"
-            return f"({text})"
-        prec = BIN_OPS[e.op]
-        op = "/" if e.op == "//" else e.op
-        text = f"{_expr(e.a, vt, prec)} {op} {_expr(e.b, vt, prec + 1)}"
-        return f"({text})" if prec < parent else text
-    raise TypeError(f"not an IR expression: {e!r}")
-
-
 def kernel_params(kernel: Kernel) -> tuple[Param, ...]:
     """Parameters of the main CUDA kernel, in launch order."""
     return kernel.params
@@ -142,51 +84,47 @@ def init_params(kernel: Kernel) -> tuple[Param, ...]:
     return tuple(p for p in kernel.params if p.name in used)
 
 
-class _CudaEmitter:
+class _CudaEmitter(CStyleRenderer):
+    value_types = CUDA_VALUE
+    index_types = CUDA_INDEX
+    bool_type = "bool"
+
     def __init__(self, kernel: Kernel, group: int) -> None:
-        self.k = kernel
-        self.vt = CUDA_VALUE[kernel.value_dtype]
-        self.it = CUDA_INDEX[kernel.itype]
+        super().__init__(kernel)
         self.g = group
-        self.lines: list[str] = []
         self.in_flat = False  # parallel loops nested in the flattened region run serially
 
-    def out(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text)
+    def const(self, e: Const) -> str:
+        if e.kind == "bool":
+            return "true" if e.value else "false"
+        if e.kind == "value":
+            v, vt = complex(e.value), self.vt
+            if vt.startswith("ust_c"):
+                return f"{vt}{{{v.real!r}, {v.imag!r}}}" if v else f"{vt}{{}}"
+            return f"{vt}({v.real!r})" if v else f"{vt}{{}}"
+        return super().const(e)
+
+    def binary(self, e: Bin, parent: int) -> str | None:
+        if (
+            e.op in ("==", "!=")
+            and self.vt.startswith("ust_c")
+            and isinstance(e.b, Const)
+            and e.b.kind == "value"
+        ):
+            # complex values are structs here: compare part by part (padding guards, val != 0)
+            x, v = self.expr(e.a, 10), complex(e.b.value)
+            join = " || " if e.op == "!=" else " && "
+            return f"({x}.re {e.op} {v.real!r}{join}{x}.im {e.op} {v.imag!r})"
+        return None
 
     def e(self, x: Expr) -> str:
-        return _expr(x, self.vt)
+        return self.expr(x)
 
-    def block(self, b: Block, depth: int) -> None:
-        for s in b.body:
-            self.stmt(s, depth)
+    def store(self, s: Store, depth: int) -> None:
+        self.write(s, depth)
 
-    def stmt(self, s: Stmt, depth: int) -> None:
-        if isinstance(s, Block):
-            self.out(depth, "{")
-            self.block(s, depth + 1)
-            self.out(depth, "}")
-        elif isinstance(s, Let):
-            t = self.vt if s.kind == "value" else ("bool" if s.kind == "bool" else self.it)
-            self.out(depth, f"const {t} {s.name} = {self.e(s.value)};")
-        elif isinstance(s, Decl):
-            t = self.vt if s.kind == "value" else self.it
-            self.out(depth, f"{t} {s.name} = {self.e(s.value)};")
-        elif isinstance(s, Assign):
-            self.out(depth, f"{s.name} = {self.e(s.value)};")
-        elif isinstance(s, Loop):
-            self.loop(s, depth)
-        elif isinstance(s, If):
-            self.out(depth, f"if ({self.e(s.cond)}) {{")
-            self.block(s.then, depth + 1)
-            if s.orelse is not None:
-                self.out(depth, "} else {")
-                self.block(s.orelse, depth + 1)
-            self.out(depth, "}")
-        elif isinstance(s, (Store, Accumulate)):
-            self.write(s, depth)
-        else:
-            raise TypeError(f"not an IR statement: {s!r}")
+    def accumulate(self, s: Accumulate, depth: int) -> None:
+        self.write(s, depth)
 
     def write(self, s: Store | Accumulate, depth: int) -> None:
         idx, val = self.e(s.index), self.e(s.value)
@@ -228,22 +166,11 @@ class _CudaEmitter:
             )
             self.out(depth, "}")
             return
-        self.out(depth, f"for ({self.it} {s.var} = {self.e(s.lo)}; {s.var} < {self.e(s.hi)}; ++{s.var}) {{")
-        self.block(s.body, depth + 1)
-        self.out(depth, "}")
+        self.serial_loop(s, depth)
 
     def flat(self, s: Loop, depth: int) -> None:
         """The rows chain (and a cols loop right inside it) as one grid-stride loop."""
-        chain = [s]
-        while (
-            len(chain[-1].body.body) == 1
-            and isinstance(chain[-1].body.body[0], Loop)
-            and chain[-1].body.body[0].parallel
-            and chain[-1].body.body[0].tag in ("rows", "cols")
-        ):
-            chain.append(chain[-1].body.body[0])
-            if chain[-1].tag == "cols":
-                break
+        chain = self.rows_chain(s, ("rows", "cols"))
         it = self.it
         self.out(depth, "{")
         d = depth + 1

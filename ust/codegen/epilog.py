@@ -15,6 +15,7 @@ from typing import Any
 
 from ust.grammar import ast
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, UnsupportedError, UstSyntaxError
+from ust.runtime.xp import namespace
 
 __all__ = ["Epilog", "compile_epilog"]
 
@@ -82,16 +83,14 @@ class Epilog:
         return emit(self.tree)
 
     # -- array evaluation -----------------------------------------------------------------------
-    def apply(self, y: Any, params: Mapping[str, Any] | None = None, *, out: Any = None) -> Any:
-        """Evaluate on an array (NumPy or CuPy), writing into ``out`` (default: ``y``, in place)."""
-        import numpy
+    def apply(
+        self, y: Any, params: Mapping[str, Any] | None = None, *, out: Any = None, xp: Any = None
+    ) -> Any:
+        """Evaluate on an array, writing into ``out`` (default: ``y``, in place).
 
-        xp = numpy
-        mod = type(y).__module__.split(".")[0]
-        if mod == "cupy":  # pragma: no cover - GPU
-            import cupy
-
-            xp = cupy
+        ``xp`` is the array namespace (NumPy, CuPy); by default the one ``y`` belongs to.
+        """
+        xp = xp if xp is not None else namespace(y)
         values = dict(params or {})
         self.check_params(values)
         if xp.iscomplexobj(y) and self.uses_real_only():

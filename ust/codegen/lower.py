@@ -37,8 +37,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from ust.codegen.ir import (
     Accumulate,
@@ -60,6 +60,7 @@ from ust.codegen.ir import (
     block,
     free_names,
 )
+from ust.codegen.levels import _add, _c, _mul, _sub, walker, walkers
 from ust.formats.model import Add, Dim, FloorDiv, Format, LevelFormat, Mod, Sub
 from ust.runtime.errors import UnsupportedError
 
@@ -84,8 +85,6 @@ ORDERS = ("auto", "storage", "outer")
 VALUE_DTYPES = ("float32", "float64", "complex64", "complex128")
 INDEX_DTYPES = ("int32", "int64")
 
-_LOCATABLE = frozenset({LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE})
-_COUNTED = frozenset({LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE})
 _DTYPE_TAG = {
     "float32": "f32",
     "float64": "f64",
@@ -99,31 +98,7 @@ _DTYPE_TAG = {
 # ----------------------------------------------------------------------------- small expression helpers
 
 
-def _c(v: int) -> Const:
-    return Const(v, "index")
-
-
-def _add(a: Expr, b: Expr) -> Expr:
-    if isinstance(a, Const) and a.value == 0:
-        return b
-    if isinstance(b, Const) and b.value == 0:
-        return a
-    return Bin("+", a, b)
-
-
-def _sub(a: Expr, b: Expr) -> Expr:
-    if isinstance(b, Const) and b.value == 0:
-        return a
-    return Bin("-", a, b)
-
-
-def _mul(a: Expr, b: Expr) -> Expr:
-    for x, y in ((a, b), (b, a)):
-        if isinstance(x, Const) and x.value == 0:
-            return _c(0)
-        if isinstance(x, Const) and x.value == 1:
-            return y
-    return Bin("*", a, b)
+# _c, _add, _sub, _mul: the simplifying constructors shared with the level walkers
 
 
 def _and(a: Expr | None, b: Expr) -> Expr:
@@ -135,8 +110,6 @@ def _in_range(v: Expr, hi: Expr) -> Expr:
 
 
 # ----------------------------------------------------------------------------- padding
-
-_SPARSE_LEVELS = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.SINGLETON})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -151,11 +124,10 @@ def has_padding(fmt: Format) -> bool:
     explicit zeros included, as SciPy does.
     """
     sparse_above = False
-    for lv in fmt.levels:
-        f = lv.format
-        if f in (LevelFormat.RANGE, LevelFormat.STRUCTURED) or (f is LevelFormat.DENSE and sparse_above):
+    for w in walkers(fmt):
+        if w.pads or (w.pads_under_sparse and sparse_above):
             return True
-        sparse_above |= f in _SPARSE_LEVELS
+        sparse_above |= w.sparse
     return False
 
 
@@ -188,45 +160,71 @@ class Plan:
         return not self.owned
 
 
-def _level_dims(fmt: Format, k: int) -> tuple[int, ...]:
-    return fmt.levels[k].expr.dims
+@dataclass(frozen=True)
+class Solved:
+    """What :func:`solve_dims` derived: every known dimension's index, the lets that bind
+    the new ones, and the new ones found through a diagonal (in order), which need a check."""
+
+    dims: dict[int, Expr]
+    lets: tuple[Stmt, ...]
+    checked: tuple[int, ...]
 
 
-def _computable(fmt: Format, k: int, known: set[int]) -> bool:
-    return all(d in known for d in _level_dims(fmt, k))
+def solve_dims(fmt: Format, coords: Mapping[int, Expr], dims: Mapping[int, Expr]) -> Solved:
+    """The one dimension solver: dimension indices derivable from level coordinates.
 
-
-def _solve_sets(fmt: Format, have: set[int], known: set[int]) -> tuple[set[int], set[int]]:
-    """Dimensions derivable from the level coordinates in ``have``: (all known, checked ones)."""
-    known = set(known)
-    checked: set[int] = set()
+    ``coords`` maps bound levels to their coordinate, ``dims`` known dimensions to their
+    index; a level ``d`` gives ``i_d = c``, a pair ``d floordiv r`` / ``d mod r`` gives
+    ``i_d = r * c_div + c_mod``, a diagonal ``a - b`` / ``a + b`` with one side known gives
+    the other (bounds-checked: it may fall outside the shape).  The planner runs it on
+    placeholders to learn which dimensions are known after each step; the lowering on the
+    real coordinates to bind them.
+    """
+    known = dict(dims)
+    lets: list[Stmt] = []
+    checked: list[int] = []
     changed = True
     while changed:
         changed = False
-        for k in sorted(have):
+        for k in sorted(coords):
             e = fmt.levels[k].expr
+            v = coords[k]
             new: int | None = None
+            val: Expr | None = None
             check = False
             if isinstance(e, Dim) and e.dim not in known:
-                new = e.dim
+                new, val = e.dim, v
             elif isinstance(e, FloorDiv) and e.dim not in known:
-                mods = [
-                    j
-                    for j in have
-                    if isinstance(fmt.levels[j].expr, Mod) and fmt.levels[j].expr.dims == (e.dim,)
-                ]
-                if mods:
-                    new = e.dim
-            elif isinstance(e, (Sub, Add)):
+                for j, lj in coords.items():
+                    ej = fmt.levels[j].expr
+                    if isinstance(ej, Mod) and ej.dim == e.dim:
+                        new, val = e.dim, _add(_mul(_c(e.divisor), v), lj)
+            elif isinstance(e, Sub):
+                a, b = e.left, e.right
+                if a in known and b not in known:
+                    new, val, check = b, _sub(known[a], v), True
+                elif b in known and a not in known:
+                    new, val, check = a, _add(v, known[b]), True
+            elif isinstance(e, Add):
                 a, b = e.left, e.right
                 if (a in known) != (b in known):
-                    new, check = (b if a in known else a), True
-            if new is not None:
-                known.add(new)
+                    known_d = a if a in known else b
+                    new, val, check = (b if a in known else a), _sub(v, known[known_d]), True
+            if new is not None and val is not None:
+                if isinstance(val, Var):
+                    known[new] = val
+                else:
+                    lets.append(Let(f"i{new}", val))
+                    known[new] = Var(f"i{new}")
                 if check:
-                    checked.add(new)
+                    checked.append(new)
                 changed = True
-    return known, checked
+    return Solved(known, tuple(lets), tuple(checked))
+
+
+def _known_after(fmt: Format, have: set[int], known: set[int]) -> Solved:
+    """:func:`solve_dims` on placeholders: which dimensions the levels in ``have`` give."""
+    return solve_dims(fmt, {k: Var(f"c{k}") for k in sorted(have)}, {d: Var(f"i{d}") for d in known})
 
 
 def _first_nonbatch(fmt: Format) -> int:
@@ -246,15 +244,15 @@ def _build_steps(fmt: Format, order: str, out_dims: Sequence[int]) -> tuple[list
         known |= set(out_dims)
     npar = len(steps) if order == "outer" else len(steps) + 1
     have: set[int] = set(range(nb))
-    for k in range(nb, fmt.nlevels):
-        if _computable(fmt, k, known):
-            if fmt.levels[k].format not in _LOCATABLE:
+    for w in walkers(fmt)[nb:]:
+        if set(w.level.expr.dims) <= known:
+            if not w.locatable:
                 return None
-            steps.append(Step("locate", k))
+            steps.append(Step("locate", w.k))
         else:
-            steps.append(Step("iter", k))
-        have.add(k)
-        known, _ = _solve_sets(fmt, have, known)
+            steps.append(Step("iter", w.k))
+        have.add(w.k)
+        known = set(_known_after(fmt, have, known).dims)
     return steps, npar
 
 
@@ -274,15 +272,13 @@ def _analyse(fmt: Format, order: str, out_dims: Sequence[int]) -> Plan | None:
         if st.kind == "dim":
             known.add(st.arg)
         elif st.kind in ("iter", "locate"):
-            lv = fmt.levels[st.arg]
+            w = walker(fmt, st.arg)
             have.add(st.arg)
-            before = set(known)
-            known, checked = _solve_sets(fmt, have, known)
-            checked_any |= bool(checked - before)
-            if st.kind == "iter":
-                full = lv.format in _COUNTED and isinstance(lv.expr, (Dim, FloorDiv, Mod))
-                if not (full and set(lv.expr.dims) <= outs):
-                    store = False
+            solved = _known_after(fmt, have, known)
+            known = set(solved.dims)
+            checked_any |= bool(solved.checked)
+            if st.kind == "iter" and not (w.full() and set(w.level.expr.dims) <= outs):
+                store = False
         if acc_step < 0 and outs <= known:
             acc_step = s
             break
@@ -294,11 +290,9 @@ def _analyse(fmt: Format, order: str, out_dims: Sequence[int]) -> Plan | None:
     if first.kind == "dim" or first.kind == "batch":
         owned = True
     else:
-        lv = fmt.levels[first.arg]
-        unique = lv.format in _COUNTED or (
-            lv.format in (LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED) and lv.type.unique
-        )
-        owned = unique and isinstance(lv.expr, (Dim, FloorDiv)) and lv.expr.dims[0] in outs
+        w = walker(fmt, first.arg)
+        e = w.level.expr
+        owned = w.unique and isinstance(e, (Dim, FloorDiv)) and e.dims[0] in outs
     store = store and owned
     reduce_ok = acc_step == npar - 1
     return Plan(order, tuple(steps), npar, acc_step, owned, store, reduce_ok)
@@ -388,6 +382,27 @@ class KernelInfo:
 # ----------------------------------------------------------------------------- the lowering proper
 
 
+@dataclass
+class _Ctx:
+    """What the lowering knows at one point of the loop nest.
+
+    ``dims``: dimension -> its index expression; ``coords``: bound level -> its coordinate;
+    ``q``: the position in the last bound level (the parent of the next); ``nocheck``:
+    dimensions whose range a narrowed loop already guarantees; ``reduce_here``: the next
+    loop is the accumulator's reduction loop.
+    """
+
+    dims: dict[int, Expr] = field(default_factory=dict)
+    coords: dict[int, Expr] = field(default_factory=dict)
+    q: Expr = field(default_factory=lambda: _c(0))
+    nocheck: frozenset[int] = frozenset()
+    reduce_here: bool = False
+
+    def child(self) -> _Ctx:
+        """A copy whose dims and coords a nested step may extend."""
+        return replace(self, dims=dict(self.dims), coords=dict(self.coords))
+
+
 class _Gen:
     """Generates the statements of one plan (recursively, one step at a time)."""
 
@@ -398,7 +413,7 @@ class _Gen:
         self.plan = p
         self.r = fmt.ndim
         self.outs = tuple(range(self.r - 1))
-        self.bounds_static = [self._static_lo(k) for k in range(fmt.nlevels)]
+        self.levels = walkers(fmt)
         self.nb = _first_nonbatch(fmt)
         self.cols = op == "mm"
         self.batch_dims = sorted(fmt.levels[k].expr.dims[0] for k in range(self.nb))
@@ -406,86 +421,36 @@ class _Gen:
         self.col_par = self.cols and not self.cols_inner and p.acc_step == p.npar - 1
         self.padded = has_padding(fmt)
 
-    # -- level facts -------------------------------------------------------------------------
-    def _static_lo(self, k: int) -> bool:
-        return not isinstance(self.fmt.levels[k].expr, Sub)
-
-    def extent(self, k: int) -> Expr:
-        e = self.fmt.levels[k].expr
-        if isinstance(e, Dim):
-            return Var(f"D{e.dim}")
-        if isinstance(e, Mod):
-            return _c(e.divisor)
-        return Var(f"S{k}")
-
-    def lo(self, k: int) -> Expr:
-        return _c(0) if self.bounds_static[k] else Var(f"L{k}")
-
     def load(self, buf: str, idx: Expr) -> Load:
         if self.nb and buf != "x":
             idx = _add(Var(f"ob_{buf}"), idx)
         return Load(buf, idx)
 
-    # -- dimension solver --------------------------------------------------------------------
-    def solve(self, env: dict) -> tuple[list[Stmt], Expr | None]:
+    # -- dimensions --------------------------------------------------------------------------
+    def solve(self, cx: _Ctx) -> tuple[list[Stmt], Expr | None]:
         """Lets for newly derivable dimensions and the bounds check they need (or None)."""
-        lets: list[Stmt] = []
+        solved = solve_dims(self.fmt, cx.coords, cx.dims)
+        cx.dims.update(solved.dims)
         cond: Expr | None = None
-        dims: dict[int, Expr] = env["dims"]
-        lc: dict[int, Expr] = env["lc"]
-        changed = True
-        while changed:
-            changed = False
-            for k in sorted(lc):
-                e = self.fmt.levels[k].expr
-                v = lc[k]
-                new: int | None = None
-                val: Expr | None = None
-                check = False
-                if isinstance(e, Dim) and e.dim not in dims:
-                    new, val = e.dim, v
-                elif isinstance(e, FloorDiv) and e.dim not in dims:
-                    for j, lj in lc.items():
-                        ej = self.fmt.levels[j].expr
-                        if isinstance(ej, Mod) and ej.dim == e.dim:
-                            new, val = e.dim, _add(_mul(_c(e.divisor), v), lj)
-                elif isinstance(e, Sub):
-                    a, b = e.left, e.right
-                    if a in dims and b not in dims:
-                        new, val, check = b, _sub(dims[a], v), True
-                    elif b in dims and a not in dims:
-                        new, val, check = a, _add(v, dims[b]), True
-                elif isinstance(e, Add):
-                    a, b = e.left, e.right
-                    if (a in dims) != (b in dims):
-                        known_d = a if a in dims else b
-                        new, val, check = (b if a in dims else a), _sub(v, dims[known_d]), True
-                if new is not None and val is not None:
-                    name = f"i{new}"
-                    if isinstance(val, Var):
-                        dims[new] = val
-                    else:
-                        lets.append(Let(name, val))
-                        dims[new] = Var(name)
-                    if check and new not in env.get("nocheck", ()):
-                        cond = _and(cond, _in_range(dims[new], Var(f"D{new}")))
-                    changed = True
-        return lets, cond
+        for d in solved.checked:
+            if d not in cx.nocheck:
+                cond = _and(cond, _in_range(cx.dims[d], Var(f"D{d}")))
+        return list(solved.lets), cond
 
-    def narrow(self, k: int, env: dict, lo: Expr, hi: Expr) -> tuple[Expr, Expr]:
+    def narrow(self, k: int, cx: _Ctx, lo: Expr, hi: Expr) -> tuple[Expr, Expr]:
         """Bounds of a counted level that keep the dimension paired with it by an already
         iterated diagonal inside the shape (DIA: column range ``max(0, o) .. min(n, m + o)``);
         the paired dimension then needs no per-entry check."""
         e = self.fmt.levels[k].expr
-        if not isinstance(e, Dim) or e.dim in env["dims"]:
+        if not isinstance(e, Dim) or e.dim in cx.dims:
             return lo, hi
         d = e.dim
-        for kd, v in env["lc"].items():
+        for kd, v in cx.coords.items():
             ed = self.fmt.levels[kd].expr
             if not isinstance(ed, (Sub, Add)) or d not in ed.dims:
                 continue
             other = ed.right if d == ed.left else ed.left
-            if other in env["dims"]:
+            if other in cx.dims:
                 continue
             size = Var(f"D{other}")
             if isinstance(ed, Sub) and d == ed.left:  # other = d - v
@@ -494,7 +459,7 @@ class _Gen:
                 a, b = Bin("-", _c(0), v), _sub(size, v)
             else:  # other = v - d
                 a, b = _add(_sub(v, size), _c(1)), _add(v, _c(1))
-            env["nocheck"] = frozenset({*env.get("nocheck", ()), other})
+            cx.nocheck = frozenset({*cx.nocheck, other})
             return Bin("max", lo, a), Bin("min", hi, b)
         return lo, hi
 
@@ -509,9 +474,6 @@ class _Gen:
         if isinstance(e, Sub):
             return Bin("-", dims[e.left], dims[e.right])
         return Bin("+", dims[e.left], dims[e.right])
-
-    def dense_pos(self, k: int, q: Expr, c: Expr) -> Expr:
-        return _add(_mul(q, self.extent(k)), _sub(c, self.lo(k)))
 
     # -- output / operand indexing -------------------------------------------------------------
     def y_index(self, dims: dict[int, Expr], col: Expr | None) -> Expr:
@@ -542,83 +504,50 @@ class _Gen:
 
     # -- generation --------------------------------------------------------------------------
     def run(self) -> Block:
-        env: dict = {"dims": {}, "lc": {}, "q": _c(0)}
-        return block(*self.gen(0, env))
+        return block(*self.gen(0, _Ctx()))
 
-    def gen(self, s: int, env: dict) -> list[Stmt]:
+    def gen(self, s: int, cx: _Ctx) -> list[Stmt]:
         steps = self.plan.steps
         if s == len(steps):
-            return self.leaf(env)
+            return self.leaf(cx)
         st = steps[s]
         par = s < self.plan.npar
-        env = {**env, "dims": dict(env["dims"]), "lc": dict(env["lc"])}
+        cx = cx.child()
         wrap_cols = self.col_par and s == self.plan.npar - 1
+        tag = "rows" if par else ""
         if st.kind == "batch":
-            return self.gen_batch(s, env, par)
+            return self.gen_batch(s, cx, par)
         if st.kind == "dim":
             d = st.arg
             var = f"i{d}"
-            env["dims"][d] = Var(var)
-            body = self.after_bind(s, env, [], wrap_cols)
-            return [Loop(var, _c(0), Var(f"D{d}"), body, parallel=par, tag="rows" if par else "")]
-        k = st.arg
-        lv = self.fmt.levels[k]
+            cx.dims[d] = Var(var)
+            body = self.after_bind(s, cx, [], wrap_cols)
+            return [Loop(var, _c(0), Var(f"D{d}"), body, parallel=par, tag=tag)]
+        w = self.levels[st.arg]
+        k = w.k
         if st.kind == "locate":
-            c = self.level_coord(k, env["dims"])
-            pre: list[Stmt] = [Let(f"c{k}", c), Let(f"p{k}", self.dense_pos(k, env["q"], Var(f"c{k}")))]
-            env["lc"][k] = Var(f"c{k}")
-            env["q"] = Var(f"p{k}")
-            return list(self.after_bind(s, env, pre, False).body)
-        q = env["q"]
-        f = lv.format
-        pk = f"p{k}"
-        if f in _COUNTED:
-            ck = f"c{k}"
-            env["lc"][k] = Var(ck)
-            env["q"] = Var(pk)
-            pre = (
-                []
-                if (isinstance(q, Const) and q.value == 0 and self.bounds_static[k])
-                else [Let(pk, self.dense_pos(k, q, Var(ck)))]
-            )
-            if not pre:
-                env["q"] = Var(ck)
-            lo = self.lo(k)
-            c_lo, c_hi = self.narrow(k, env, lo, _add(lo, self.extent(k)))
-            body = self.after_bind(s, env, pre, wrap_cols)
-            loop = Loop(ck, c_lo, c_hi, body, parallel=par, tag="rows" if par else "")
-            return [self.mark_reduce(loop, env)]
-        if f is LevelFormat.SINGLETON:
-            env["lc"][k] = Var(f"c{k}")
-            env["q"] = q
-            pre = [Let(f"c{k}", self.load(f"crd{k}", q))]
-            return list(self.after_bind(s, env, pre, False).body)
-        if f is LevelFormat.STRUCTURED:
-            n = lv.type.n
-            lo_e: Expr = _mul(q, _c(n))
-            hi_e: Expr = _add(lo_e, _c(n))
-            heads: list[Stmt] = []
-        else:
-            idx_lo = q if f is LevelFormat.COMPRESSED else _mul(q, _c(2))
-            heads = [
-                Let(f"{pk}_lo", self.load(f"pos{k}", idx_lo)),
-                Let(f"{pk}_hi", self.load(f"pos{k}", _add(idx_lo, _c(1)))),
-            ]
-            lo_e, hi_e = Var(f"{pk}_lo"), Var(f"{pk}_hi")
-        env["lc"][k] = Var(f"c{k}")
-        env["q"] = Var(pk)
-        pre = [Let(f"c{k}", self.load(f"crd{k}", Var(pk)))]
-        body = self.after_bind(s, env, pre, wrap_cols)
-        loop = Loop(pk, lo_e, hi_e, body, parallel=par, tag="rows" if par else "")
-        return [*heads, self.mark_reduce(loop, env)]
+            pre: list[Stmt] = [Let(f"c{k}", self.level_coord(k, cx.dims))]
+            pre.append(Let(f"p{k}", w.locate(cx.q, Var(f"c{k}"))))
+            cx.coords[k] = Var(f"c{k}")
+            cx.q = Var(f"p{k}")
+            return list(self.after_bind(s, cx, pre, False).body)
+        it = w.iterate(cx.q, self.load)
+        cx.coords[k] = it.coord
+        cx.q = it.pos
+        if it.var is None:  # one entry per parent: no loop
+            return list(self.after_bind(s, cx, list(it.pre), False).body)
+        lo, hi = self.narrow(k, cx, it.lo, it.hi) if w.counted else (it.lo, it.hi)
+        body = self.after_bind(s, cx, list(it.pre), wrap_cols)
+        loop = Loop(it.var, lo, hi, body, parallel=par, tag=tag)
+        return [*it.heads, self.mark_reduce(loop, cx)]
 
-    def mark_reduce(self, loop: Loop, env: dict) -> Loop:
+    def mark_reduce(self, loop: Loop, cx: _Ctx) -> Loop:
         """Mark the first loop inside the accumulator's region as its reduction loop."""
-        if env.get("reduce_here"):
+        if cx.reduce_here:
             return Loop(loop.var, loop.lo, loop.hi, loop.body, loop.parallel, loop.tag, reduce="acc")
         return loop
 
-    def gen_batch(self, s: int, env: dict, par: bool) -> list[Stmt]:
+    def gen_batch(self, s: int, cx: _Ctx, par: bool) -> list[Stmt]:
         nb = self.nb
         lets: list[Stmt] = []
         rest: Expr = Var("t")
@@ -630,41 +559,39 @@ class _Gen:
             else:
                 lets.insert(0, Let(f"i{d}", Bin("%", rest, size)))
                 rest = Bin("//", rest, size)
-            env["dims"][d] = Var(f"i{d}")
-            env["lc"][k] = Var(f"i{d}")
+            cx.dims[d] = Var(f"i{d}")
+            cx.coords[k] = Var(f"i{d}")
         offs: list[Stmt] = []
-        for k in range(nb, self.fmt.nlevels):
-            lt = self.fmt.levels[k].type
-            if lt.stores_pos:
-                offs.append(Let(f"ob_pos{k}", _mul(Var("t"), Var(f"BP{k}"))))
-            if lt.stores_crd:
-                offs.append(Let(f"ob_crd{k}", _mul(Var("t"), Var(f"BC{k}"))))
+        for w in self.levels[nb:]:
+            for name, kind in w.buffers():
+                stride = f"BP{w.k}" if kind == "pos" else f"BC{w.k}"
+                offs.append(Let(f"ob_{name}", _mul(Var("t"), Var(stride))))
         offs.append(Let("ob_val", _mul(Var("t"), Var("BV"))))
-        env["q"] = _c(0)
-        body = self.after_bind(s, env, lets + offs, self.col_par and s == self.plan.npar - 1)
+        cx.q = _c(0)
+        body = self.after_bind(s, cx, lets + offs, self.col_par and s == self.plan.npar - 1)
         return [Loop("t", _c(0), Var("NB"), body, parallel=par, tag="batch" if par else "")]
 
-    def after_bind(self, s: int, env: dict, pre: list[Stmt], wrap_cols: bool) -> Block:
+    def after_bind(self, s: int, cx: _Ctx, pre: list[Stmt], wrap_cols: bool) -> Block:
         """Statements after step ``s`` bound its coordinate: derived dims, checks, the rest."""
-        lets, cond = self.solve(env)
+        lets, cond = self.solve(cx)
         inner: list[Stmt]
         if s == self.plan.acc_step:
-            inner = self.acc_region(s, env, wrap_cols)
+            inner = self.acc_region(s, cx, wrap_cols)
         else:
-            inner = self.gen(s + 1, env)
+            inner = self.gen(s + 1, cx)
         body: list[Stmt] = [*lets, *inner] if cond is None else [*lets, If(cond, block(*inner))]
         if wrap_cols:
             return block(Loop("col", _c(0), Var("NC"), block(*pre, *body), parallel=True, tag="cols"))
         return block(*pre, *body)
 
-    def acc_region(self, s: int, env: dict, cols_outside: bool) -> list[Stmt]:
+    def acc_region(self, s: int, cx: _Ctx, cols_outside: bool) -> list[Stmt]:
         """Accumulator, the contracting loops below, and the write of one output."""
         col: Expr | None = Var("col") if self.cols else None
         if self.cols_inner:
-            return self.acc_region_inner(s, env)
-        env = {**env, "reduce_here": self.plan.reduce_ok}
-        inner = self.gen(s + 1, env)
-        yi = self.y_index(env["dims"], col)
+            return self.acc_region_inner(s, cx)
+        cx = replace(cx, reduce_here=self.plan.reduce_ok)
+        inner = self.gen(s + 1, cx)
+        yi = self.y_index(cx.dims, col)
         contrib = Bin("*", Var("alpha"), Var("acc"))
         if self.plan.store:
             write: Stmt = If(
@@ -679,13 +606,13 @@ class _Gen:
             return [Loop("col", _c(0), Var("NC"), block(*region))]
         return region
 
-    def acc_region_inner(self, s: int, env: dict) -> list[Stmt]:
+    def acc_region_inner(self, s: int, cx: _Ctx) -> list[Stmt]:
         """SpMM with the column loop innermost: accumulate straight into the output row."""
-        env = {**env, "reduce_here": False}
-        inner = self.gen(s + 1, env)
+        cx = replace(cx, reduce_here=False)
+        inner = self.gen(s + 1, cx)
         if not self.plan.store:
             return inner
-        yi = self.y_index(env["dims"], Var("col"))
+        yi = self.y_index(cx.dims, Var("col"))
         init = If(
             Bin("!=", Var("has_y0"), _c(0)),
             block(Store("y", yi, Bin("*", Var("beta"), Load("y0", yi)))),
@@ -693,19 +620,19 @@ class _Gen:
         )
         return [Loop("col", _c(0), Var("NC"), block(init)), *inner]
 
-    def leaf(self, env: dict) -> list[Stmt]:
+    def leaf(self, cx: _Ctx) -> list[Stmt]:
         col: Expr | None = Var("col") if self.cols else None
-        p = env["q"]
+        p = cx.q
         if self.cols_inner:
-            yi = self.y_index(env["dims"], Var("col"))
-            xv = Load("x", self.x_index(env["dims"], Var("col")))
+            yi = self.y_index(cx.dims, Var("col"))
+            xv = Load("x", self.x_index(cx.dims, Var("col")))
             write = Accumulate("y", yi, Bin("*", Var("a"), xv), atomic=self.plan.atomic)
             body: list[Stmt] = [
                 Let("a", Bin("*", Var("alpha"), self.load("val", p)), "value"),
                 Loop("col", _c(0), Var("NC"), block(write)),
             ]
         else:
-            xv = Load("x", self.x_index(env["dims"], col))
+            xv = Load("x", self.x_index(cx.dims, col))
             body = [Assign("acc", Bin("+", Var("acc"), Bin("*", self.load("val", p), xv)))]
         if self.padded:  # a zero in a padding slot is absent: it never meets x (see has_padding)
             return [If(Bin("!=", self.load("val", p), Const(0.0, "value")), block(*body))]
@@ -748,11 +675,7 @@ def _all_params(fmt: Format, value_dtype: str, index_dtype: str) -> list[Param]:
     ps += [Param(f"BC{k}", "iscalar") for k in range(fmt.nlevels)]
     ps += [Param("BV", "iscalar"), Param("has_y0", "iscalar")]
     ps += [Param("alpha", "vscalar", value_dtype), Param("beta", "vscalar", value_dtype)]
-    for k, lv in enumerate(fmt.levels):
-        if lv.type.stores_pos:
-            ps.append(Param(f"pos{k}", "ibuf", index_dtype))
-        if lv.type.stores_crd:
-            ps.append(Param(f"crd{k}", "ibuf", index_dtype))
+    ps += [Param(name, "ibuf", index_dtype) for w in walkers(fmt) for name, _ in w.buffers()]
     ps += [
         Param("val", "vbuf", value_dtype),
         Param("x", "vbuf", value_dtype),
@@ -825,8 +748,7 @@ def lower(
         if st.kind == "dim":
             par_extents.append(("D", st.arg))
         elif st.kind == "iter":
-            lv = fmt.levels[st.arg]
-            par_extents.append(("S", st.arg) if lv.format in _COUNTED else ("crd", st.arg))
+            par_extents.append(("S", st.arg) if walker(fmt, st.arg).counted else ("crd", st.arg))
     info = KernelInfo(
         op=op,
         layout=layout,

@@ -5,16 +5,21 @@ Routes: a library's own conversion where both formats are canonical library layo
 against ``xp`` (:mod:`ust.convert.unpack`, :mod:`ust.convert.pack`).  Interop modules:
 :mod:`~ust.convert.scipy`, :mod:`~ust.convert.cupyx`, :mod:`~ust.convert.torch`,
 :mod:`~ust.convert.dense`.  Nothing here imports CuPy or torch until handed their objects.
+
+Importing this package registers the conversion methods of :class:`ust.Tensor`
+(``convert``, ``to_scipy``, ``to_cupyx``, ``to_torch``, ``todense``, ``to_device``, and the
+storage read ``unpack``) into :data:`ust.tensor.dispatch.CONVERSIONS`; each entry imports
+its module when first called.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ust.runtime.errors import UnsupportedError
+from ust.tensor.dispatch import CONVERSIONS, register
 
 if TYPE_CHECKING:
     from ust.formats.model import Format
@@ -22,17 +27,64 @@ if TYPE_CHECKING:
 
 __all__ = ["asarray"]
 
-logging.getLogger("ust.convert").addHandler(logging.NullHandler())
-
 _SUPPORTED = (
     "scipy.sparse (csr, csc, coo, bsr, dia, lil, dok), cupyx.scipy.sparse (csr, csc, coo, dia), "
     "torch tensors (strided, sparse_coo, sparse_csr/csc/bsr/bsc), NumPy/CuPy arrays, ust.Tensor"
 )
 
 
+@register(CONVERSIONS, "convert")
+def _convert(t: Tensor, fmt: Format, **kwargs: Any) -> Tensor:
+    from ust.convert.routes import convert
+
+    return convert(t, fmt, **kwargs)
+
+
+@register(CONVERSIONS, "to_scipy")
+def _to_scipy(t: Tensor) -> Any:
+    from ust.convert.scipy import to_scipy
+
+    return to_scipy(t)
+
+
+@register(CONVERSIONS, "to_cupyx")
+def _to_cupyx(t: Tensor) -> Any:
+    from ust.convert.cupyx import to_cupyx
+
+    return to_cupyx(t)
+
+
+@register(CONVERSIONS, "to_torch")
+def _to_torch(t: Tensor) -> Any:
+    from ust.convert.torch import to_torch
+
+    return to_torch(t)
+
+
+@register(CONVERSIONS, "todense")
+def _todense(t: Tensor) -> Any:
+    from ust.convert.dense import todense
+
+    return todense(t)
+
+
+@register(CONVERSIONS, "to_device")
+def _to_device(t: Tensor, device: str | int) -> Tensor:
+    from ust.convert.device import to_device
+
+    return to_device(t, device)
+
+
+@register(CONVERSIONS, "unpack")
+def _unpack(t: Any, **kwargs: Any) -> Any:
+    from ust.convert.unpack import unpack
+
+    return unpack(t, **kwargs)
+
+
 def _intake(obj: Any) -> Tensor:
     """``obj`` as a Tensor in its own layout, sharing its buffers where they map 1:1."""
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
     from ust.tensor import Tensor
 
     if isinstance(obj, Tensor):

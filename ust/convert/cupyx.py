@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ust.convert.layouts import coo_format, library_layout, relabel
-from ust.convert.validate import INDEX_DTYPES, check_index_array, check_value_dtype
 from ust.formats.library import get
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.tensor.validate import INDEX_DTYPES, check_index_array, check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -152,9 +152,7 @@ def to_cupyx(t: Tensor) -> Any:
         raise UnsupportedError("cupyx.scipy.sparse needs int32 indices: this tensor is too large")
     lay = library_layout(t.format)
     if lay is None or lay.name not in ("csr", "csc", "coo", "dia"):
-        from ust.convert.routes import convert
-
-        t = convert(t, get("CSR"))
+        t = t.convert(get("CSR"))
         lay = library_layout(t.format)
         assert lay is not None
     shape = t.shape

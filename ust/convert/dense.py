@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import drops_zeros
 from ust.convert.layouts import library_layout
-from ust.convert.limits import check_dense
-from ust.convert.validate import check_value_dtype
+from ust.formats.analysis import drops_zeros
 from ust.formats.library import format as parse_format
 from ust.formats.model import Dim, Format
+from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError
+from ust.tensor.limits import check_dense
+from ust.tensor.validate import check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor

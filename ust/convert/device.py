@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ust.convert import _xp
+from ust.runtime import xp as _xp
 from ust.runtime.errors import BackendUnavailableError, DeviceError
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ust.convert import _xp
 from ust.convert.layouts import library_layout
+from ust.runtime import xp as _xp
 
 if TYPE_CHECKING:
     from ust.formats.model import Format

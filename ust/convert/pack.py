@@ -3,7 +3,7 @@
 Written once against the array namespace ``xp``.  The entries are mapped to the target's
 level coordinates (``dim_to_lvl``), put in the target's lexicographic level order (no sort
 when the source order already is it, otherwise a stable sort by as few leading levels as
-:func:`~ust.convert.analysis.sort_prefix` allows), duplicates are summed where the target is
+:func:`~ust.formats.analysis.sort_prefix` allows), duplicates are summed where the target is
 unique, and each level is built from the sorted coordinates: a new position starts where
 the coordinates of the level (and of its singleton chain) change, ``pos`` comes from a
 bincount of the parents, dense levels compute positions arithmetically and leave explicit
@@ -12,22 +12,22 @@ zeros in the value slots nobody filled.  No Python loop over entries, rows or bl
 
 from __future__ import annotations
 
-import logging
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import batch_levels, per_entry_start, sort_prefix
-from ust.convert.limits import check_bytes, check_index_dtype, default_index_dtype
 from ust.convert.unpack import Entries
+from ust.formats.analysis import per_entry_start, sort_prefix
 from ust.formats.model import Format, LevelFormat
+from ust.runtime import xp as _xp
 from ust.runtime.errors import FormatError
+from ust.runtime.log import get_logger
+from ust.tensor.limits import check_bytes, check_index_dtype, default_index_dtype
 
 __all__ = ["DEFAULT_MIN_PADDING", "pack", "padding_limit"]
 
-log = logging.getLogger("ust.convert")
+log = get_logger("convert")
 
 #: Padding (value slots that hold no entry) always allowed, whatever the entry count.
 DEFAULT_MIN_PADDING = 1 << 22
@@ -59,7 +59,7 @@ def choose_index_dtype(
     fmt: Format, shape: tuple[int, ...], counts: list[int], source: Any = np.int32
 ) -> np.dtype:
     """int32 when every coordinate bound and position count fits (and the ``source`` index
-    dtype is int32), else int64: :func:`ust.convert.limits.default_index_dtype`."""
+    dtype is int32), else int64: :func:`ust.tensor.limits.default_index_dtype`."""
     return default_index_dtype(source, fmt, shape, max([0, *counts]))
 
 
@@ -270,7 +270,7 @@ def pack(
     )
     pos = [None if a is None else _xp.as_index(a, itype) for a in pos]
     crd = [None if a is None else _xp.as_index(a, itype) for a in crd]
-    nb = batch_levels(fmt)
+    nb = fmt.nbatch
     if nb:
         pos, crd, values = _batchify(xp, fmt, shape, nb, pos, crd, values, itype)
     return Tensor(shape, fmt, values, pos=pos, crd=crd, index_dtype=itype, check=False)

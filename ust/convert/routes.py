@@ -19,17 +19,18 @@ import numpy as np
 
 from ust.convert.dia import dia_to_compressed, is_dia
 from ust.convert.layouts import coordinate_twin, library_layout
-from ust.convert.limits import check_index_dtype, check_storage, default_index_dtype, min_value_slots
 from ust.formats.library import get as get_format
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.log import get_logger
+from ust.tensor.limits import check_index_dtype, check_storage, default_index_dtype, min_value_slots
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
 __all__ = ["CPU_ROUTES", "GPU_ROUTES", "convert", "explain_route", "plan_route"]
 
-log = logging.getLogger("ust.convert")
+log = get_logger("convert")
 
 # Library routes: (source layout, target layout) -> function(library object, target blocksize)
 # returning a library object whose buffers are the target's canonical buffers.

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ust.convert.layouts import coo_format, library_layout, relabel
-from ust.convert.validate import INDEX_DTYPES, check_index_array, check_value_dtype
 from ust.formats.library import get
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError
+from ust.tensor.validate import INDEX_DTYPES, check_index_array, check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -161,7 +161,7 @@ def _from_dia(A: Any, shape: tuple[int, ...]) -> Tensor:
         raise ShapeError(f"dia data has shape {data.shape}, expected ({nd}, width)")
     if data.shape[1] != N or not data.flags.c_contiguous:
         if nd * N * data.dtype.itemsize > (1 << 30):
-            from ust.convert.limits import check_bytes
+            from ust.tensor.limits import check_bytes
 
             check_bytes(np, nd * N * data.dtype.itemsize, f"a {shape} dia matrix's {nd} full diagonals")
         full = np.zeros((nd, N), dtype=data.dtype)
@@ -238,16 +238,17 @@ def csr_tobsr_sorted(a: Any, blocksize: tuple[int, int]) -> Any:
     buffers of ``a.tobsr(blocksize)`` followed by ``sort_indices()``, explicit zeros kept.
 
     One C pass per block row merges its rows by block column
-    (:func:`ust.convert.bsr_c.csr_to_bsr`); without a C compiler (or for rows out of
+    (:func:`ust.backends.cpu.bsr_c.csr_to_bsr`, registered as ``KERNELS["csr_to_bsr"]``); without a C compiler (or for rows out of
     order) scipy's ``tobsr`` runs and its blocks are sorted afterwards.  A blocksize that does
     not divide the shape is a FormatError.
     """
     import scipy.sparse as sp
 
-    from ust.convert.bsr_c import csr_to_bsr
+    from ust.convert.kernels import KERNELS
 
     r, c = (int(b) for b in blocksize)
-    res = csr_to_bsr(a.shape, a.indptr, a.indices, a.data, (r, c))
+    fast = KERNELS.get("csr_to_bsr")
+    res = None if fast is None else fast(a.shape, a.indptr, a.indices, a.data, (r, c))
     if res is None:
         return sort_bsr_blocks(a.tobsr((r, c)))
     indptr, indices, data = res
@@ -279,9 +280,7 @@ def to_scipy(t: Tensor) -> Any:
         if t.format.is_dense and t.ndim == 2:
             return sp.coo_array(t.todense())
         coo = coo_format(t.ndim)
-        from ust.convert.routes import convert
-
-        t = convert(t, coo)
+        t = t.convert(coo)
         lay = library_layout(coo) if t.ndim == 2 else None
         if lay is None:
             return sp.coo_array((t.values, tuple(t.crd(k) for k in range(t.ndim))), shape=t.shape)
@@ -305,7 +304,7 @@ def to_scipy(t: Tensor) -> Any:
         return A
     else:  # dia
         nd = int(t.crd(0).shape[0])
-        from ust.convert.limits import check_dense
+        from ust.tensor.limits import check_dense
 
         # SciPy's DIA holds (diagonals, columns) as one NumPy array, even an empty one
         check_dense(

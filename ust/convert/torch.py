@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.convert import _xp
 from ust.convert.layouts import coo_format, library_layout, relabel
-from ust.convert.validate import check_value_dtype
 from ust.formats.library import get
 from ust.formats.model import Format
+from ust.runtime import xp as _xp
 from ust.runtime.errors import UnsupportedError
+from ust.tensor.validate import check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import batch_levels, drops_zeros, entries_unique, lex_sorted
+from ust.formats.analysis import drops_zeros, entries_unique, lex_sorted
 from ust.formats.model import Format, LevelFormat
+from ust.runtime import xp as _xp
+from ust.tensor.buffers import Buffers, as_buffers
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -86,15 +87,16 @@ class FlatLevel:
     pos: Any = None  # the pos array itself when contiguous
 
 
-def flat_buffers(t: Tensor) -> tuple[list[FlatLevel], Any]:
+def flat_buffers(t: Tensor | Buffers) -> tuple[list[FlatLevel], Any]:
     """Per-level buffers in flat numbering, and the flat values array."""
+    t = as_buffers(t)
     fmt = t.format
-    nb = batch_levels(fmt)
+    nb = fmt.nbatch
     out: list[FlatLevel] = []
     if nb == 0:
         for k, lv in enumerate(fmt.levels):
-            fl = FlatLevel(crd=t.crd(k))
-            pos = t.pos(k)
+            fl = FlatLevel(crd=t.crd[k])
+            pos = t.pos[k]
             if lv.format is LevelFormat.COMPRESSED:
                 fl.lo, fl.hi, fl.contiguous, fl.pos = pos[:-1], pos[1:], True, pos
             elif lv.format is LevelFormat.LOOSE_COMPRESSED:
@@ -103,13 +105,13 @@ def flat_buffers(t: Tensor) -> tuple[list[FlatLevel], Any]:
         return out, t.values
     xp = t.xp
     B = int(np.prod([t.shape[lv.expr.dim] for lv in fmt.levels[:nb]], dtype=np.int64))  # type: ignore[union-attr]
-    caps = t._caps()
+    caps = t.caps()
     for k, lv in enumerate(fmt.levels):
         if k < nb:
             out.append(FlatLevel())
             continue
-        crd = t.crd(k)
-        pos = t.pos(k)
+        crd = t.crd[k]
+        pos = t.pos[k]
         fl = FlatLevel(crd=None if crd is None else crd.reshape(-1))
         if pos is not None:
             off = (xp.arange(B, dtype=pos.dtype) * caps[k])[:, None]
@@ -123,13 +125,14 @@ def flat_buffers(t: Tensor) -> tuple[list[FlatLevel], Any]:
     return out, t.values.reshape(-1)
 
 
-def unpack(t: Tensor, *, keep_zeros: bool | None = None, keep_padding: bool = False) -> Entries:
+def unpack(t: Tensor | Buffers, *, keep_zeros: bool | None = None, keep_padding: bool = False) -> Entries:
     """All stored entries of ``t`` as level coordinates and values, in storage order.
 
     Slots outside the tensor (DIA padding) are dropped unless ``keep_padding``; zero values
     are dropped where the format cannot tell stored zeros from fill (:func:`drops_zeros`)
     unless ``keep_zeros`` says otherwise.
     """
+    t = as_buffers(t)
     xp = t.xp
     fmt = t.format
     bounds = fmt.lvl_bounds(t.shape)
@@ -226,7 +229,7 @@ def _filter(ent: Entries, *, keep_zeros: bool, keep_padding: bool) -> Entries:
     return ent
 
 
-def _unpack_dense(t: Tensor, bounds: tuple[tuple[int, int], ...]) -> Entries:
+def _unpack_dense(t: Buffers, bounds: tuple[tuple[int, int], ...]) -> Entries:
     """All-dense formats: the nonzeros of the values read as a level-shaped array."""
     xp = t.xp
     fmt = t.format

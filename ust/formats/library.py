@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from ust.formats.model import FloorDiv, Format, LevelFormat, Mod, build_format
+from ust.formats.model import STANDARD_NAMER, FloorDiv, Format, LevelFormat, Mod, build_format
 from ust.grammar import ast
 from ust.grammar.ast import MAX_INT
 from ust.runtime.errors import FormatError, InvalidTypeError, UstError, UstSyntaxError
@@ -308,3 +308,6 @@ def standard_name_of(fmt: Format) -> str | None:
 def standard_formats() -> Mapping[str, Format | FormatTemplate]:
     """The whole standard library, name -> Format or FormatTemplate."""
     return dict(_standard())
+
+
+STANDARD_NAMER["standard_name_of"] = standard_name_of

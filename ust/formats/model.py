@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,10 @@ __all__ = [
     "Sub",
     "build_format",
 ]
+
+#: ``standard_name_of`` of :mod:`ust.formats.library`, registered there at import (the library sits
+#: above this module: it builds Formats), so that :attr:`Format.standard_name` needs no upward import.
+STANDARD_NAMER: dict[str, Callable[[Format], str | None]] = {}
 
 
 class LevelFormat(enum.Enum):
@@ -234,6 +238,16 @@ class Format:
         return len(self.levels)
 
     @property
+    def nbatch(self) -> int:
+        """Number of leading batch levels (batch levels always lead: the format rules say so)."""
+        n = 0
+        for lv in self.levels:
+            if lv.format is not LevelFormat.BATCH:
+                break
+            n += 1
+        return n
+
+    @property
     def is_ordered(self) -> bool:
         """Coordinates are stored in lexicographic level order."""
         return all(lv.type.ordered for lv in self.levels)
@@ -256,9 +270,8 @@ class Format:
     @functools.cached_property
     def standard_name(self) -> str | None:
         """The standard library name this format equals structurally, e.g. ``"CSR"``."""
-        from ust.formats.library import standard_name_of
-
-        return standard_name_of(self)
+        namer = STANDARD_NAMER.get("standard_name_of")
+        return None if namer is None else namer(self)
 
     # -- coordinate maps ---------------------------------------------------------------------
     def dim_to_lvl(self, coords: Sequence[Any]) -> tuple[Any, ...]:

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ust._version import __version__
 from ust.runtime.errors import InvalidStateError, UstError
 from ust.runtime.log import get_logger
 
@@ -58,9 +59,7 @@ class PlanFileError(UstError, ValueError):
 
 
 def ust_version() -> str:
-    import ust  # the package's own version; imported lazily because runtime sits below ust/__init__
-
-    return str(ust.__version__)
+    return __version__
 
 
 def encode_array(a: Any) -> dict[str, Any]:

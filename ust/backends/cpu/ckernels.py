@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from ust.backends.generated.launch import Launch, array_layout, kernel_scalar, prepare
 from ust.codegen.cache import Memo
 from ust.codegen.emit_c import c_abi, emit_c
 from ust.codegen.ir import Kernel
-from ust.codegen.launch import Launch, array_layout, kernel_scalar, prepare
 from ust.codegen.lower import lower
 from ust.formats.model import Format
+from ust.runtime.log import get_logger
 
 __all__ = ["CKernel", "Memo", "bind_launch", "c_kernel", "matmul_c", "prebuild", "run_launch"]
 
-_log = logging.getLogger("ust.backends.cpu.ckernels")
+_log = get_logger("backends.cpu.ckernels")
 _log.addHandler(logging.NullHandler())
 _memo = Memo()
 _CINT = {"int32": ctypes.c_int32, "int64": ctypes.c_int64}
@@ -103,7 +104,7 @@ def c_kernel(
     key = ("c", fmt, op, layout, order, value_dtype, index_dtype, itype, cols)
 
     def build() -> CKernel:
-        from ust.codegen.compile_c import load_library
+        from ust.backends.generated.compile_c import load_library
 
         t0 = time.perf_counter()
         k = lower(
@@ -131,7 +132,7 @@ def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
     A request is the argument tuple of :func:`c_kernel`.  Warms a process up for many
     formats or variants at the cost of a single compile (autotuning, test suites).
     """
-    from ust.codegen.compile_c import load_library
+    from ust.backends.generated.compile_c import load_library
 
     todo: dict[tuple[Any, ...], Kernel] = {}
     for req in requests:

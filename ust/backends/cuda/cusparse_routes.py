@@ -38,7 +38,7 @@ class CusparseMatmul:
 
     Dense operands reach cuSPARSE through a bare pointer (a vector) or a pointer with a
     leading dimension (a row- or column-major matrix), so ``b`` is normalised by
-    :func:`ust.codegen.launch.dense_operand` (a no-op for the contiguous arrays ``Matmul``
+    :func:`ust.backends.generated.launch.dense_operand` (a no-op for the contiguous arrays ``Matmul``
     passes), a strided ``out`` gets a contiguous temporary copied back, and the dense
     descriptors are rebuilt when a layout changes.  Should cuSPARSE refuse column-major
     operands for an algorithm, row-major copies are used instead.
@@ -77,7 +77,7 @@ class CusparseMatmul:
 
     def _with_fallback(self, step: Any, b: Any, out: Any) -> Any:
         """Run ``step``; if cuSPARSE refuses column-major operands, again with row-major copies."""
-        from ust.codegen.launch import array_layout
+        from ust.backends.generated.launch import array_layout
 
         try:
             return step()
@@ -92,7 +92,7 @@ class CusparseMatmul:
         """(b, the array cuSPARSE writes) in layouts this plan takes (copies only where needed)."""
         import cupy
 
-        from ust.codegen.launch import array_layout, dense_operand
+        from ust.backends.generated.launch import array_layout, dense_operand
 
         layouts = ("row",) if self._row_only else ("row", "col")
         b = dense_operand(cupy, b, out.dtype, layouts)
@@ -101,7 +101,7 @@ class CusparseMatmul:
         return b, cupy.empty(out.shape, dtype=out.dtype)
 
     def _make_plan(self, b: Any, target: Any) -> None:
-        from ust.codegen.launch import array_layout
+        from ust.backends.generated.launch import array_layout
 
         if self.plan is not None:
             self.plan.destroy()
@@ -121,7 +121,7 @@ class CusparseMatmul:
                 return bool(cupy.isfinite(b).all())
 
     def _guarded_run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
-        from ust.codegen.runtime import GeneratedMatmul
+        from ust.backends.generated.executors import GeneratedMatmul
 
         if self._guarded is None:
             self._guarded = GeneratedMatmul(self.a, self.alpha, self.beta, str(out.dtype), "cuda")
@@ -135,7 +135,7 @@ class CusparseMatmul:
     def _run(self, b: Any, c: Any, out: Any, stream: int) -> Any:
         import cupy
 
-        from ust.codegen.launch import array_layout
+        from ust.backends.generated.launch import array_layout
 
         b, target = self._operands(b, out)
         if self.plan is None or (array_layout(b), array_layout(target)) != self._layouts:

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ust.codegen.cache import ArtifactCache, Memo, content_key, private_copy
+from ust.backends.generated.disk_cache import ArtifactCache, private_copy
+from ust.backends.generated.launch import Launch, array_layout, kernel_scalar, prepare
+from ust.codegen.cache import Memo, content_key
 from ust.codegen.emit_cuda import (
     BLOCK,
     NVRTC_OPTIONS,
@@ -27,10 +29,10 @@ from ust.codegen.emit_cuda import (
     supports_group,
 )
 from ust.codegen.ir import Kernel
-from ust.codegen.launch import Launch, array_layout, kernel_scalar, prepare
 from ust.codegen.lower import kernel_info, lower
 from ust.formats.model import Format
 from ust.runtime.errors import BackendUnavailableError, DeviceError
+from ust.runtime.log import get_logger
 
 __all__ = [
     "BoundLaunch",
@@ -42,7 +44,7 @@ __all__ = [
     "run_launch_cuda",
 ]
 
-_log = logging.getLogger("ust.backends.cuda.kernels")
+_log = get_logger("backends.cuda.kernels")
 _log.addHandler(logging.NullHandler())
 _memo = Memo()
 _MAX_GRID_X = 1 << 22
@@ -287,8 +289,8 @@ def matmul_cuda(
 ) -> Any:
     """``alpha * a @ x + beta * c`` through the generated CUDA kernel (every operand on the GPU).
 
-    ``order="auto"`` takes the GPU's default loop order (:func:`ust.codegen.runtime.cuda_order`)."""
-    from ust.codegen.runtime import cuda_order, default_group
+    ``order="auto"`` takes the GPU's default loop order (:func:`ust.codegen.schedule.cuda_order`)."""
+    from ust.codegen.schedule import cuda_order, default_group
 
     launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
     if order == "auto":

@@ -21,10 +21,11 @@ import threading
 from pathlib import Path
 
 from ust.runtime.errors import BackendUnavailableError, UstError
+from ust.runtime.log import get_logger
 
 __all__ = ["NvrtcError", "compile_cuda", "find_nvrtc", "load_nvrtc", "nvrtc_version"]
 
-_log = logging.getLogger("ust.backends.cuda.nvrtc")
+_log = get_logger("backends.cuda.nvrtc")
 _log.addHandler(logging.NullHandler())
 
 PIP_COMMAND = "pip install nvidia-cuda-nvrtc"

@@ -36,7 +36,7 @@ def _load(args: argparse.Namespace) -> Any:
     if args.dtype:
         t = t.astype(args.dtype)
     if args.format:
-        from ust.progress import progress
+        from ust.cli.progress import progress
 
         with progress(f"converting to {args.format}"):
             t = t.convert(args.format)

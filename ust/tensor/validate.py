@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import batch_levels, entries_unique, lex_sorted
+from ust.formats.analysis import entries_unique, lex_sorted
 from ust.formats.model import Format, LevelFormat
+from ust.runtime import xp as _xp
 from ust.runtime.errors import DeviceError, FormatError, ShapeError, UnsupportedError
+from ust.tensor.buffers import Buffers
+from ust.tensor.dispatch import conversion
 
 __all__ = ["INDEX_DTYPES", "VALUE_DTYPES", "check_buffers", "check_value_dtype"]
 
@@ -59,15 +61,9 @@ def _fail(k: int, msg: str, cls: type[Exception] = FormatError) -> Exception:
     return cls(f"level {k}: {msg}")
 
 
-def check_buffers(
-    shape: tuple[int, ...],
-    fmt: Format,
-    pos: Sequence[Any],
-    crd: Sequence[Any],
-    values: Any,
-    depth: str = "full",
-) -> None:
-    """Raise unless the buffers form a valid tensor of ``fmt`` and ``shape``."""
+def check_buffers(bufs: Buffers, depth: str = "full") -> None:
+    """Raise unless the buffers form a valid tensor of their format and shape."""
+    shape, fmt, pos, crd, values = bufs.shape, bufs.format, bufs.pos, bufs.crd, bufs.values
     check_value_dtype(values.dtype)
     arrays = [a for a in (*pos, *crd) if a is not None]
     for k in range(fmt.nlevels):
@@ -91,13 +87,13 @@ def check_buffers(
             )
     xp = _xp.namespace(values)
     bounds = fmt.lvl_bounds(shape)
-    nb = batch_levels(fmt)
+    nb = fmt.nbatch
     if nb:
         _check_batched(xp, shape, fmt, nb, bounds, pos, crd, values, depth)
     else:
         _check_flat(xp, shape, fmt, bounds, pos, crd, values, depth)
     if depth == "full" and lex_sorted(fmt):
-        _check_order(shape, fmt, pos, crd, values)
+        _check_order(bufs)
 
 
 def _min_max(a: Any) -> tuple[int, int]:
@@ -180,7 +176,7 @@ def _check_flat(
             f"values must be 1-D of length {P} (the last level's positions), got shape {values.shape}"
         )
     if depth != "structure" and any(lv.format is LevelFormat.LOOSE_COMPRESSED for lv in fmt.levels):
-        _check_live_bounds(shape, fmt, bounds, pos, crd, values)
+        _check_live_bounds(Buffers(shape, fmt, tuple(pos), tuple(crd), values), bounds)
 
 
 def _check_batched(
@@ -235,20 +231,14 @@ def _check_batched(
     if values.ndim != 2 or values.shape != (B, cap):
         raise ShapeError(f"values of a batched tensor must have shape ({B}, {cap}), got {values.shape}")
     if depth != "structure":
-        _check_live_bounds(shape, fmt, bounds, pos, crd, values)
+        _check_live_bounds(Buffers(shape, fmt, tuple(pos), tuple(crd), values), bounds)
 
 
-def _check_live_bounds(
-    shape: tuple[int, ...],
-    fmt: Format,
-    bounds: tuple[tuple[int, int], ...],
-    pos: Sequence[Any],
-    crd: Sequence[Any],
-    values: Any,
-) -> None:
+def _check_live_bounds(bufs: Buffers, bounds: tuple[tuple[int, int], ...]) -> None:
     """Bounds of the coordinates actually reachable from the root (capacity padding and
     loose holes excluded)."""
-    ent = _unpack_raw(shape, fmt, pos, crd, values)
+    fmt = bufs.format
+    ent = _unpack_raw(bufs)
     for k, (lo_k, hi_k) in enumerate(bounds):
         c = ent.lvl[k]
         if fmt.levels[k].format is LevelFormat.STRUCTURED:
@@ -260,25 +250,15 @@ def _check_live_bounds(
                 raise _fail(k, f"coordinate {bad} is outside the level's range [{lo_k}, {hi_k})", ShapeError)
 
 
-def _unpack_raw(
-    shape: tuple[int, ...], fmt: Format, pos: Sequence[Any], crd: Sequence[Any], values: Any
-) -> Any:
-    from ust.convert.unpack import unpack
-    from ust.tensor import Tensor
-
-    t = Tensor(shape, fmt, values, pos=list(pos), crd=list(crd), check=False)
-    return unpack(t, keep_zeros=True, keep_padding=True)
+def _unpack_raw(bufs: Buffers) -> Any:
+    """Every stored entry in storage order (the ``unpack`` of :mod:`ust.convert`, registered)."""
+    return conversion("unpack")(bufs, keep_zeros=True, keep_padding=True)
 
 
-def _check_order(
-    shape: tuple[int, ...], fmt: Format, pos: Sequence[Any], crd: Sequence[Any], values: Any
-) -> None:
+def _check_order(bufs: Buffers) -> None:
     """Entries read in storage order must be lexicographically (strictly, if unique) sorted."""
-    from ust.convert.unpack import unpack
-    from ust.tensor import Tensor
-
-    t = Tensor(shape, fmt, values, pos=list(pos), crd=list(crd), check=False)
-    ent = unpack(t, keep_zeros=True, keep_padding=True)
+    fmt = bufs.format
+    ent = _unpack_raw(bufs)
     n = ent.n
     if n < 2:
         return

@@ -21,7 +21,7 @@ __all__ = ["configure", "solve_command"]
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from ust.linalg import MATRIX_TYPES, MATRIX_VIEWS, REORDERINGS
+    from ust.api.linalg import MATRIX_TYPES, MATRIX_VIEWS, REORDERINGS
 
     p.add_argument("matrix", help="the matrix A, a Matrix Market file (.mtx, .mtx.gz)")
     p.add_argument(
@@ -65,8 +65,8 @@ def _row(label: str, seconds: float) -> None:
 def solve_command(args: argparse.Namespace) -> int:
     import scipy.sparse as sp
 
+    from ust.api.linalg import DirectSolver, DirectSolverOptions, backward_error
     from ust.io import mmread
-    from ust.linalg import DirectSolver, DirectSolverOptions, backward_error
 
     t0 = time.perf_counter()
     a = sp.csr_matrix(mmread(args.matrix).to_scipy())
@@ -93,7 +93,7 @@ def solve_command(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with DirectSolver(operand, b, options=options, execution=args.execution) as s:
         _row(f"setup on {s.space} ({s.backend})", time.perf_counter() - t0)
-        from ust.progress import progress
+        from ust.cli.progress import progress
 
         with progress("analysis"):
             plan = s.plan()
@@ -122,7 +122,7 @@ def solve_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ust._cli_solve A.mtx ...`` until the ``ust`` CLI registers the subcommand."""
+    """``python -m ust.cli.solve A.mtx ...`` until the ``ust`` CLI registers the subcommand."""
     p = argparse.ArgumentParser(prog="ust solve", description=__doc__.splitlines()[0] if __doc__ else None)
     configure(p)
     return solve_command(p.parse_args(argv))

@@ -29,7 +29,7 @@ class _Product:
         self._view: Any = None
 
     def __call__(self, x: Any) -> Any:
-        from ust.ops_matmul import Matmul
+        from ust.api.matmul import Matmul
 
         x = x if x.flags.c_contiguous else x.copy()
         key = (tuple(x.shape), str(x.dtype))
@@ -42,7 +42,7 @@ class _Product:
                 self._view = self.a.to_scipy()
         if mm.decision.route == "scipy":
             return self._view @ x
-        # the planned executor, called on this x (the executor protocol of ust.ops_matmul:
+        # the planned executor, called on this x (the executor protocol of ust.api.matmul:
         # run(b, c, out, stream)); no re-planning, no rebuilt executor per product
         xp = self.a.xp
         b = x if x.dtype == mm.dtype else x.astype(mm.dtype)

@@ -30,18 +30,17 @@ from typing import Any
 import numpy as np
 
 from ust.algebra.epilogue import apply_epilog
-from ust.algebra.linop import aslinearoperator
 from ust.algebra.operands import DENSE, SCALAR, SPARSE, Placement, as_tensor, kind, place
 from ust.algebra.problem import choose, explain_text, problem
 from ust.formats.library import get, resolve
 from ust.formats.model import Format
 from ust.plan import Decision
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.tensor.dispatch import OPERATORS
 
 __all__ = [
     "add",
     "apply_epilog",
-    "aslinearoperator",
     "astype",
     "divide",
     "explain",
@@ -57,7 +56,6 @@ __all__ = [
     "explain_subtract",
     "explain_sum",
     "explain_transpose",
-    "matmul_operator",
     "matmul_sparse",
     "max",
     "min",
@@ -76,7 +74,6 @@ __all__ = [
     "plan_subtract",
     "plan_sum",
     "plan_transpose",
-    "rmatmul",
     "sddmm",
     "subtract",
     "sum",
@@ -121,36 +118,6 @@ def matmul_sparse(
     ('CSR', True)
     """
     return _matmul_sparse(a, b, format=format, execution=execution, route=route)[0]
-
-
-def matmul_operator(a: Any, b: Any) -> Any:
-    """``a @ b`` as the ``@`` operator means it: SpGEMM when both are sparse, else ``ust.matmul``."""
-    from ust.ops_matmul import matmul
-
-    if kind(a) == SPARSE and kind(b) == SPARSE:
-        return matmul_sparse(a, b)
-    if kind(a) == SPARSE:
-        return matmul(a, b)
-    return rmatmul(a, b)
-
-
-def rmatmul(x: Any, a: Any) -> Any:
-    """``x @ A`` for a dense ``x`` (1-D or 2-D) and a sparse ``A``: ``(A.T @ x.T).T``, where ``A.T``
-    is a free view (CSR.T is CSC) planned like any other SpMV / SpMM."""
-    from ust.ops_matmul import matmul
-
-    if kind(x) == SPARSE:
-        return matmul_sparse(x, a)
-    if isinstance(x, (list, tuple)):  # array-likes as NumPy reads them
-        x = np.asarray(x)
-    t = as_tensor(a)
-    at = transpose(t)
-    nd = getattr(x, "ndim", np.ndim(x))
-    if nd == 1:
-        return matmul(at, x)
-    if nd == 2:
-        return matmul(at, x.T).T
-    raise ShapeError(f"x @ A takes a 1-D or 2-D x, got {nd}-D")
 
 
 # ----------------------------------------------------------------------------- SDDMM
@@ -459,5 +426,18 @@ plan_transpose, explain_transpose = _bind("transpose")
 plan_sum, explain_sum = _bind("sum")
 plan_max, explain_max = _bind("max")
 plan_min, explain_min = _bind("min")
+
+# Tensor's operators (ust.tensor.dispatch); ``@`` / reflected ``@`` are registered by ust.api.matmul
+OPERATORS.update(
+    add=add,
+    subtract=subtract,
+    multiply=multiply,
+    divide=divide,
+    negative=negative,
+    transpose=transpose,
+    sum=sum,
+    max=max,
+    min=min,
+)
 
 _ = builtins  # the builtins sum/max/min stay reachable as builtins.* inside this module

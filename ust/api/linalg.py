@@ -136,7 +136,7 @@ class DirectSolverOptions:
 
     def __post_init__(self) -> None:
         if self.devices is not None:  # [0, 1, ...]: one GPU -> that GPU; several -> cuDSS MG mode
-            from ust.linalg_distributed import parse_devices
+            from ust.api.linalg_distributed import parse_devices
 
             object.__setattr__(self, "devices", parse_devices(self.devices))
         _one_of("matrix_type", self.matrix_type, MATRIX_TYPES)
@@ -239,7 +239,7 @@ def _np_dtype(x: Any) -> np.dtype:
 def _refuse_bool(dtype: np.dtype, what: str) -> None:
     """ust refuses bool values everywhere: the UnsupportedError of ``ust.asarray``, word for word."""
     if dtype.kind == "b":
-        from ust.convert.validate import check_value_dtype
+        from ust.tensor.validate import check_value_dtype
 
         check_value_dtype(dtype, what)
         raise UnsupportedError(f"{what} of dtype bool are not supported")  # in case the table allows it
@@ -793,7 +793,7 @@ class DirectSolver(StatefulOperation):
         super().__init__()
         self.options = DirectSolverOptions.coerce(options)
         if self.options.devices is not None:
-            from ust.linalg_distributed import devices_execution
+            from ust.api.linalg_distributed import devices_execution
 
             execution = devices_execution(self.options.devices, execution)
         parse_execution(execution)  # bad values fail here, before anything else
@@ -820,7 +820,7 @@ class DirectSolver(StatefulOperation):
             if self.options.devices is not None:
                 import cupy
 
-                from ust.linalg_distributed import parse_devices
+                from ust.api.linalg_distributed import parse_devices
 
                 parse_devices(self.options.devices, cupy.cuda.runtime.getDeviceCount())
             get_library()
@@ -1046,7 +1046,7 @@ class DirectSolver(StatefulOperation):
         """MG mode: say how the estimated device memory lands on the GPUs (WARNING when short)."""
         import cupy
 
-        from ust.linalg_distributed import spread_report
+        from ust.api.linalg_distributed import spread_report
 
         devs = self._mg_devices() or ()
         free = {}

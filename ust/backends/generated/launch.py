@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from ust.codegen.ir import Kernel
+from ust.codegen.levels import walkers
 from ust.codegen.lower import VALUE_DTYPES
 from ust.formats.model import Format, LevelFormat
 from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
+from ust.runtime.xp import namespace
 
 __all__ = ["Launch", "array_layout", "choose_itype", "dense_operand", "prepare", "result_dtype", "to_layout"]
 
@@ -161,15 +163,6 @@ class Launch:
         return out
 
 
-def _xp_of(a: Any) -> Any:
-    mod = type(a).__module__.split(".")[0]
-    if mod == "cupy":
-        import cupy
-
-        return cupy
-    return np
-
-
 def prepare(
     a: Any,
     x: Any,
@@ -187,7 +180,7 @@ def prepare(
     """
     fmt: Format = a.format
     shape = tuple(int(s) for s in a.shape)
-    xp = _xp_of(a.values)
+    xp = namespace(a.values)
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         x = xp.asarray(x)
     host = xp is np
@@ -222,19 +215,15 @@ def prepare(
     sizes: list[int] = [int(np.prod(out_shape)), int(np.prod(xshape))]
     scal: dict[str, int] = {f"D{d}": s for d, s in enumerate(shape)}
     bounds = fmt.lvl_bounds(shape)
-    for k, lv in enumerate(fmt.levels):
+    for w in walkers(fmt):  # each level's walker names the buffers it owns
+        k = w.k
         lo, hi = bounds[k]
         scal[f"S{k}"], scal[f"L{k}"] = hi - lo, lo
-        if lv.type.stores_pos:
-            pos = a.pos(k)
-            bufs[f"pos{k}"] = pos
-            scal[f"BP{k}"] = int(pos.shape[-1])
-            sizes.append(int(pos.size))
-        if lv.type.stores_crd:
-            crd = a.crd(k)
-            bufs[f"crd{k}"] = crd
-            scal[f"BC{k}"] = int(crd.shape[-1])
-            sizes.append(int(crd.size))
+        for name, kind in w.buffers():
+            buf = a.pos(k) if kind == "pos" else a.crd(k)
+            bufs[name] = buf
+            scal[f"BP{k}" if kind == "pos" else f"BC{k}"] = int(buf.shape[-1])
+            sizes.append(int(buf.size))
     vals = a.values
     if vals.dtype != np.dtype(dt):
         vals = vals.astype(dt)

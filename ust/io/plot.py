@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ust.runtime.errors import BackendUnavailableError
+from ust.runtime.log import get_logger
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
 __all__ = ["binned_counts", "grid_shape", "plot", "stored_grid"]
 
-log = logging.getLogger("ust.plot")
+log = get_logger("plot")
 log.addHandler(logging.NullHandler())
 
 #: Colours of the buffer boxes, by buffer kind.
@@ -49,8 +50,8 @@ def stored_grid(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     Every stored slot inside the tensor counts (as ``nnz`` counts them): explicit zeros, BSR
     block fill, DIA padding inside the matrix, every element of a dense format.
     """
-    from ust.convert import _xp
     from ust.convert.unpack import unpack
+    from ust.runtime import xp as _xp
 
     ent = unpack(t, keep_zeros=True)
     dims = [_xp.to_host(d).astype(np.int64, copy=False) for d in ent.dims()]
@@ -161,7 +162,7 @@ def _lognorm(frac: np.ndarray) -> Any:
 
 def _buffer_rows(t: Tensor) -> list[tuple[str, str, Any]]:
     """(label, kind, array or None) per line of the structure panel."""
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     fmt = t.format
     names = fmt.dim_names or tuple(f"d{k}" for k in range(fmt.ndim))

@@ -1,121 +1,25 @@
-"""Generated-kernel routes for ``ust.Matmul``: executors, variants, and a direct entry point.
+"""Generated-kernel routes for ``ust.Matmul``: executors and a direct entry point.
 
 The planner (:mod:`ust.ops_matmul`) calls :func:`generated_matmul` with a planned ``Matmul``
 and a target (``"c"`` or ``"cuda"``); the executor compiles (or loads) its kernel at plan
-time and runs it with ``run(b, c, out, stream)``.  :func:`variants` lists what ``autotune``
-may time: loop orders the format allows and, on the GPU, threads per row.  Variants are
-short strings (saved plans store them): ``"auto"``, ``"storage"``, ``"outer"``, and for
-CUDA ``"<order>:g<threads>"``.  Backends are imported lazily: importing this module loads
-no compiler and no GPU package.
+time and runs it with ``run(b, c, out, stream)``.  The variants it takes (loop orders,
+threads per row) are :mod:`ust.codegen.schedule`'s.  Backends are imported lazily: importing
+this module loads no compiler and no GPU package.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from typing import Any
 
-from ust.codegen.launch import prepare
-from ust.codegen.lower import has_padding, plan
-from ust.formats.model import Format
+from ust.backends.generated.launch import prepare
+from ust.codegen.lower import has_padding
+from ust.codegen.schedule import cuda_order, default_group, nbatch, parse_variant
 from ust.runtime.errors import UnsupportedError
+from ust.runtime.log import get_logger
 
-__all__ = [
-    "GeneratedMatmul",
-    "ScipyFallback",
-    "default_group",
-    "generated_matmul",
-    "matmul_generated",
-    "parse_variant",
-    "variants",
-]
+__all__ = ["GeneratedMatmul", "ScipyFallback", "generated_matmul", "matmul_generated"]
 
-_log = logging.getLogger("ust.codegen.runtime")
-_log.addHandler(logging.NullHandler())
-
-
-def parse_variant(variant: Any) -> tuple[str, int | None]:
-    """(loop order, threads per row or None for the default) of a variant string."""
-    if variant in (None, "", "auto"):
-        return "auto", None
-    text = str(variant)
-    order, _, group = text.partition(":")
-    g = int(group[1:]) if group.startswith("g") else None
-    return order or "auto", g
-
-
-def cuda_order(fmt: Format, op: str) -> str:
-    """Loop order for the GPU: the outer order when storage order would leave the accumulator
-    below the parallel loop (BSR: one thread per block row, output accumulated in memory) and
-    the outer order owns its rows (one thread or group per row, a register accumulator)."""
-    p = plan(fmt, op, "auto")
-    if p.reduce_ok or p.order == "outer":
-        return p.order
-    try:
-        q = plan(fmt, op, "outer")
-    except UnsupportedError:
-        return p.order
-    return "outer" if q.owned and q.reduce_ok else p.order
-
-
-def orders(fmt: Format, op: str, target: str = "c") -> list[str]:
-    """Loop orders that give different kernels for ``fmt`` (the target's default first)."""
-    chosen = cuda_order(fmt, op) if target == "cuda" else plan(fmt, op, "auto").order
-    out = [chosen]
-    for other in ("storage", "outer"):
-        if other != chosen:
-            try:
-                plan(fmt, op, other)
-            except UnsupportedError:
-                continue
-            out.append(other)
-    return out
-
-
-def default_group(a: Any, op: str, order: str = "auto") -> int:
-    """Threads per output item on the GPU: the power of two nearest half the entries per row (1 .. 32)."""
-    from ust.codegen.lower import lower
-
-    k = lower(a.format, op, order=order)
-    from ust.codegen.emit_cuda import supports_group
-
-    if not supports_group(k) or k.info["reduce_level"] == k.info["first_level"]:
-        return 1  # no reduction loop, or one over entries every row shares (DIA's diagonals)
-    items = 1
-    for kind, arg in k.info["par_extents"]:  # type: ignore[attr-defined]
-        if kind == "D":
-            items *= int(a.shape[arg])
-        elif kind == "S":
-            items *= int(a.format.lvl_shape(a.shape)[arg])
-        else:
-            crd = a.crd(arg)
-            items *= int(crd.shape[-1]) if crd is not None else 1
-    nse = int(a.values.size)
-    avg = nse / max(items, 1)
-    return int(min(32, 2 ** round(math.log2(max(avg / 2, 1.0)))))
-
-
-def variants(m: Any, route: str) -> list[str]:
-    """Variants ``autotune`` may time for a planned ``Matmul`` on ``route``."""
-    op = "mm" if len(m.b.shape) > (1 + _nbatch(m.a.format)) else "mv"
-    outs: list[str] = list(orders(m.a.format, op, "cuda" if route == "generated-cuda" else "c"))
-    if route == "generated-cuda":
-        from ust.codegen.emit_cuda import supports_group
-        from ust.codegen.lower import lower
-
-        gv: list[str] = []
-        for o in outs:
-            groups = (1, 4, 32) if supports_group(lower(m.a.format, op, order=o)) else (1,)
-            gv += [f"{o}:g{g}" for g in groups]
-        return gv
-    return outs
-
-
-def _nbatch(fmt: Format) -> int:
-    n = 0
-    while n < fmt.nlevels and fmt.levels[n].format.value == "batch":
-        n += 1
-    return n
+_log = get_logger(__name__)
 
 
 class GeneratedMatmul:
@@ -226,7 +130,7 @@ class ScipyFallback:
         global _warned_no_compiler
         from ust.runtime.errors import BackendUnavailableError
 
-        if a.ndim != 2 or _nbatch(a.format):
+        if a.ndim != 2 or nbatch(a.format):
             raise BackendUnavailableError(
                 f"no working C compiler, and SciPy has no {a.ndim}-D or batched sparse format to fall back on; "
                 "install a C compiler (cc, gcc or clang) or set UST_CC"
@@ -254,7 +158,7 @@ class ScipyFallback:
 
 
 def _no_compiler() -> bool:
-    from ust.codegen.compile_c import toolchain
+    from ust.backends.generated.compile_c import toolchain
 
     return toolchain() is None
 

@@ -13,7 +13,6 @@ import functools
 from ust.formats.model import Add, Dim, FloorDiv, Format, LevelExpr, LevelFormat, Mod, Sub
 
 __all__ = [
-    "batch_levels",
     "drops_zeros",
     "entries_unique",
     "lex_sorted",
@@ -65,17 +64,6 @@ def drops_zeros(fmt: Format) -> bool:
     a range level (DIA) cannot tell an explicit zero from an absent one (scipy's ``dia``
     conversions drop them too).  Zeros inside sparse structure (BSR blocks) are kept."""
     return fmt.is_dense or any(lv.format is LevelFormat.RANGE for lv in fmt.levels)
-
-
-@functools.lru_cache(maxsize=1024)
-def batch_levels(fmt: Format) -> int:
-    """Number of leading batch levels."""
-    n = 0
-    for lv in fmt.levels:
-        if lv.format is not LevelFormat.BATCH:
-            break
-        n += 1
-    return n
 
 
 @functools.lru_cache(maxsize=1024)

@@ -96,7 +96,7 @@ def sample_tensor(fmt: Format, shape: tuple[int, ...] | None = None) -> Tensor:
 def text_picture(t: Tensor, *, max_rows: int = 32, max_cols: int = 64) -> list[str]:
     """The sparsity of ``t`` as text: one character per entry for small tensors ('#' stored
     nonzero, 'o' stored zero, '.' not stored), else a density ramp over cells."""
-    from ust.plot import binned_counts, grid_shape, stored_grid
+    from ust.io.plot import binned_counts, grid_shape, stored_grid
 
     R, C = grid_shape(t.shape)
     rows, cols, vals = stored_grid(t)
@@ -121,7 +121,7 @@ def text_picture(t: Tensor, *, max_rows: int = 32, max_cols: int = 64) -> list[s
 
 
 def _array_text(a: Any, indent: int) -> str:
-    from ust.convert import _xp
+    from ust.runtime import xp as _xp
 
     h = _xp.to_host(a)
     text = np.array2string(h, threshold=48, edgeitems=10, max_line_width=100 - indent, separator=" ")
@@ -228,7 +228,7 @@ def run_show(args: argparse.Namespace) -> int:
     for line in text_picture(t, max_rows=args.max_rows, max_cols=args.max_cols):
         print("  " + line)
     if args.png:
-        from ust.plot import plot
+        from ust.io.plot import plot
 
         plot(t, args.png)
         print(f"picture: {args.png}")
@@ -270,7 +270,7 @@ def run_convert(args: argparse.Namespace) -> int:
     print(
         f"        shape {t.shape}, {t.dtype}, nse {t.nse}, nnz {t.nnz}, {_human(_nbytes(t))} in {t1 - t0:.3f} s"
     )
-    from ust.progress import progress
+    from ust.cli.progress import progress
 
     with progress(f"converting to {fmt.standard_name or 'the target format'}"):
         u = t.convert(fmt, index_dtype=args.index_dtype)

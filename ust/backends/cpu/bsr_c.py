@@ -12,7 +12,7 @@ fill them (each block zeroed, then its entries added with ``+=`` exactly as SciP
 
 The source is generated per (block shape, value type, index type) -- R and C are constants,
 so the merge over R heads unrolls and ``j / C`` is a shift or a multiply -- and compiled
-with the system compiler through :mod:`ust.codegen.compile_c` (cached on disk).  Without a
+with the system compiler through :mod:`ust.backends.generated.compile_c` (cached on disk).  Without a
 compiler, or when a row's block columns are not sorted, :func:`csr_to_bsr` returns None and
 the caller takes SciPy's route.
 """
@@ -134,7 +134,7 @@ def source(blocksize: tuple[int, int], value_dtype: Any, index_dtype: Any) -> st
 
 @functools.lru_cache(maxsize=64)
 def _library(blocksize: tuple[int, int], value: str, index: str) -> tuple[Any, Any] | None:
-    from ust.codegen.compile_c import load_library, toolchain
+    from ust.backends.generated.compile_c import load_library, toolchain
 
     if toolchain() is None:
         return None

@@ -5,7 +5,7 @@ flags ``-O3 -fopenmp -fPIC -shared -std=c99`` (OpenMP dropped, with one warning,
 compiler lacks it), plus ``-march=native`` with ``UST_NATIVE=1`` (off by default: it doubles
 compile time and measured no gain on SpMV, which is bound by memory).  Tuning for the host puts
 the CPU model into the cache key, so a shared cache directory never hands one machine's
-library to another.  Artefacts go through :class:`ust.codegen.cache.ArtifactCache`, which
+library to another.  Artefacts go through :class:`ust.backends.generated.disk_cache.ArtifactCache`, which
 authenticates them; a library is loaded from a private copy of the verified bytes, never from
 the cache file itself (see :func:`dlopen_bytes`).
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import logging
 import os
 import platform
 import shutil
@@ -25,13 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ust.codegen.cache import Artifact, ArtifactCache, content_key, private_copy
+from ust.backends.generated.disk_cache import Artifact, ArtifactCache, private_copy
+from ust.codegen.cache import content_key
 from ust.runtime.errors import BackendUnavailableError, UstError
+from ust.runtime.log import get_logger
 
 __all__ = ["Toolchain", "compile_shared", "dlopen_bytes", "load_library", "toolchain"]
 
-_log = logging.getLogger("ust.codegen.compile_c")
-_log.addHandler(logging.NullHandler())
+_log = get_logger(__name__)
 
 BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c99")
 _PROBE = "#include <stdint.h>\nint ust_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < n; ++i) s += i;\nreturn s; }\n"

@@ -9,10 +9,9 @@ here (not on ``ust``) so that they never shadow the built-ins.
 
 from __future__ import annotations
 
-from ust.ops_algebra import (
+from ust.api.algebra import (
     add,
     apply_epilog,
-    aslinearoperator,
     astype,
     divide,
     matmul_sparse,
@@ -25,7 +24,9 @@ from ust.ops_algebra import (
     sum,  # noqa: A004
     transpose,
 )
-from ust.ops_matmul import Matmul, explain, matmul
+from ust.api.explain import explain
+from ust.api.linop import aslinearoperator
+from ust.api.matmul import Matmul, matmul
 
 __all__ = [
     "Matmul",

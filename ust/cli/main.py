@@ -60,7 +60,7 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from ust.demo import run
+    from ust.cli.demo import run
 
     run(args.matrix, args.n)
     return 0
@@ -98,7 +98,7 @@ def _configure_info(p: argparse.ArgumentParser) -> None:
 def _run_info(args: argparse.Namespace) -> int:
     import json
 
-    from ust.info import collect_info, format_info
+    from ust.cli.info import collect_info, format_info
 
     report = collect_info()
     print(json.dumps(report, indent=2) if args.json else format_info(report))
@@ -106,22 +106,22 @@ def _run_info(args: argparse.Namespace) -> int:
 
 
 def _configure_solve(p: argparse.ArgumentParser) -> None:
-    from ust._cli_solve import configure
+    from ust.cli.solve import configure
 
     configure(p)
 
 
 def _run_solve(args: argparse.Namespace) -> int:
-    from ust._cli_solve import solve_command
+    from ust.cli.solve import solve_command
 
     return solve_command(args)
 
 
 def _tensor_command(name: str) -> _Command:
-    """Commands kept in their own modules: show / convert (ust.cli_tensor), spmv / explain
-    (ust.cli_compute); imported when the parser is built."""
-    from ust import cli_compute as cc
-    from ust import cli_tensor as ct
+    """Commands kept in their own modules: show / convert (ust.cli.tensor), spmv / explain
+    (ust.cli.compute); imported when the parser is built."""
+    from ust.cli import compute as cc
+    from ust.cli import tensor as ct
 
     table = {
         "show": (ct.SHOW_HELP, ct.SHOW_EXAMPLE, ct.configure_show, ct.run_show),

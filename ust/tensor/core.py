@@ -4,7 +4,8 @@ A Tensor is a thin, immutable-by-convention holder: shape, Format, one ``pos`` a
 ``crd`` array per level (``None`` where the level stores none), and ``values``.  Arrays are
 NumPy on the CPU and CuPy on a GPU; every buffer of one tensor lives on one device and
 shares one index dtype (int32 or int64).  Conversions, exports and the device move live in
-:mod:`ust.convert`; the methods here only route to them.
+:mod:`ust.convert` (pictures in :mod:`ust.io.plot`), the operators in :mod:`ust.api.algebra`:
+the methods here only route to them, through the tables of :mod:`ust.tensor.dispatch`.
 
 Building one from buffers (what file readers and kernels do)::
 
@@ -25,11 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from ust.convert import _xp
-from ust.convert.analysis import batch_levels
 from ust.formats.library import resolve
 from ust.formats.model import Format, LevelFormat
+from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.tensor.buffers import Buffers
+from ust.tensor.dispatch import conversion, operator
+from ust.tensor.limits import check_index_dtype
+from ust.tensor.validate import check_buffers, check_index_array, check_value_dtype
 
 __all__ = ["Tensor"]
 
@@ -113,13 +117,9 @@ class Tensor:
             if itype not in (np.dtype(np.int32), np.dtype(np.int64)):
                 raise UnsupportedError(f"index_dtype must be int32 or int64, not {itype}")
             if check and bufs:
-                from ust.convert.validate import check_index_array
-
                 for a in bufs:
                     check_index_array(a, "an index buffer")
             if itype == np.dtype(np.int32) and any(np.dtype(a.dtype) != itype for a in bufs):
-                from ust.convert.limits import check_index_dtype
-
                 # a narrowing cast must not wrap: the coordinates and positions must fit int32
                 count = max([int(vals.size), *(int(a.size) for a in crd_l if a is not None)])
                 check_index_dtype(itype, fmt, shp, count)
@@ -130,10 +130,8 @@ class Tensor:
         else:
             itype = np.dtype(np.int32 if max((*shp, vals.size), default=0) < 2**31 else np.int64)
         if check:
-            from ust.convert.validate import check_buffers
-
             depth = _CHECK_DEPTH.get(check, "full")
-            check_buffers(shp, fmt, pos_l, crd_l, vals, depth)
+            check_buffers(Buffers(shp, fmt, tuple(pos_l), tuple(crd_l), vals), depth)
         self._shape = shp
         self._format = fmt
         self._pos = tuple(pos_l)
@@ -217,20 +215,18 @@ class Tensor:
         padding included, DIA padding outside the matrix and batch capacity excluded)."""
         if self._nnz is None:
             fmt = self._format
-            simple = batch_levels(fmt) == 0 and not any(
+            simple = fmt.nbatch == 0 and not any(
                 lv.format in (LevelFormat.RANGE, LevelFormat.LOOSE_COMPRESSED) for lv in fmt.levels
             )
             if simple:
                 self._nnz = self.nse
             else:
-                from ust.convert.unpack import unpack
-
-                self._nnz = unpack(self, keep_zeros=True).n
+                self._nnz = conversion("unpack")(self.bufs, keep_zeros=True).n
         return self._nnz
 
     @property
     def is_batched(self) -> bool:
-        return batch_levels(self._format) > 0
+        return self._format.nbatch > 0
 
     def buffers(self) -> dict[str, Any]:
         """Named buffers in level order: ``pos{k}``, ``crd{k}``, ``values`` (for writers)."""
@@ -243,22 +239,14 @@ class Tensor:
         out["values"] = self._values
         return out
 
+    @property
+    def bufs(self) -> Buffers:
+        """The frozen record of the storage (shape, format, pos, crd, values; no copy)."""
+        return Buffers(self._shape, self._format, self._pos, self._crd, self._values)
+
     def _caps(self) -> list[int]:
         """Per-member position capacity of every level of a batched tensor."""
-        fmt = self._format
-        bounds = fmt.lvl_bounds(self._shape)
-        caps: list[int] = []
-        cap = 1
-        for k, lv in enumerate(fmt.levels):
-            if lv.format is LevelFormat.BATCH:
-                caps.append(1)
-                continue
-            if lv.format in (LevelFormat.DENSE, LevelFormat.RANGE):
-                cap *= bounds[k][1] - bounds[k][0]
-            elif self._crd[k] is not None:
-                cap = int(self._crd[k].shape[-1])
-            caps.append(cap)
-        return caps
+        return self.bufs.caps()
 
     # -- text -------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -286,98 +274,86 @@ class Tensor:
         targets (otherwise a fuller block is an error); ``max_padding`` raises the number of
         padding value slots a target may need (DIA of many diagonals, big blocks).
         """
-        from ust.convert.routes import convert
-
-        return convert(self, resolve(format), index_dtype=index_dtype, prune=prune, max_padding=max_padding)
+        return conversion("convert")(
+            self, resolve(format), index_dtype=index_dtype, prune=prune, max_padding=max_padding
+        )
 
     def to_scipy(self) -> Any:
         """A canonical scipy.sparse array: csr/csc/coo/bsr/dia where the format is one, else COO."""
-        from ust.convert.scipy import to_scipy
-
-        return to_scipy(self)
+        return conversion("to_scipy")(self)
 
     def to_cupyx(self) -> Any:
         """A cupyx.scipy.sparse matrix (csr/csc/coo/dia; others as CSR), on the GPU."""
-        from ust.convert.cupyx import to_cupyx
-
-        return to_cupyx(self)
+        return conversion("to_cupyx")(self)
 
     def to_torch(self) -> Any:
         """A torch sparse tensor (CSR/CSC/BSR/BSC/COO layouts; dense formats as strided)."""
-        from ust.convert.torch import to_torch
-
-        return to_torch(self)
+        return conversion("to_torch")(self)
 
     def todense(self) -> Any:
         """A dense array of ``shape``: NumPy on the CPU, CuPy on a GPU (duplicates summed)."""
-        from ust.convert.dense import todense
+        return conversion("todense")(self)
 
-        return todense(self)
-
-    # -- array operators (ust.ops_algebra / ust.ops_matmul plan each one like any other op) -----
+    # -- array operators (ust.api.algebra plans each one like any other op) --------------------
     __array_ufunc__ = None  # so ``ndarray * T`` and ``x @ T`` reach the reflected methods
 
     def __add__(self, other: Any) -> Any:
-        return _algebra().add(self, other)
+        return operator("add")(self, other)
 
     def __radd__(self, other: Any) -> Any:
-        return _algebra().add(other, self)
+        return operator("add")(other, self)
 
     def __sub__(self, other: Any) -> Any:
-        return _algebra().subtract(self, other)
+        return operator("subtract")(self, other)
 
     def __rsub__(self, other: Any) -> Any:
-        return _algebra().subtract(other, self)
+        return operator("subtract")(other, self)
 
     def __mul__(self, other: Any) -> Any:
-        return _algebra().multiply(self, other)
+        return operator("multiply")(self, other)
 
     def __rmul__(self, other: Any) -> Any:
-        return _algebra().multiply(other, self)
+        return operator("multiply")(other, self)
 
     def __truediv__(self, other: Any) -> Any:
-        return _algebra().divide(self, other)
+        return operator("divide")(self, other)
 
     def __neg__(self) -> Any:
-        return _algebra().negative(self)
+        return operator("negative")(self)
 
     def __matmul__(self, other: Any) -> Any:
-        return _algebra().matmul_operator(self, other)
+        return operator("matmul_operator")(self, other)
 
     def __rmatmul__(self, other: Any) -> Any:
-        return _algebra().rmatmul(other, self)
+        return operator("rmatmul")(other, self)
 
     @property
     def T(self) -> Any:
         """The transpose: a free view where a level permutation expresses it (CSR.T is CSC)."""
-        return _algebra().transpose(self)
+        return operator("transpose")(self)
 
     def transpose(self, axes: Any = None) -> Any:
-        return _algebra().transpose(self, axes)
+        return operator("transpose")(self, axes)
 
     def sum(self, axis: Any = None) -> Any:
         """Sum of entries (over ``axis``), as scipy.sparse sums."""
-        return _algebra().sum(self, axis)
+        return operator("sum")(self, axis)
 
     def max(self, axis: Any = None) -> Any:
         """Largest entry (over ``axis``), implicit zeros counted as scipy.sparse counts them."""
-        return _algebra().max(self, axis)
+        return operator("max")(self, axis)
 
     def min(self, axis: Any = None) -> Any:
         """Smallest entry (over ``axis``), implicit zeros counted as scipy.sparse counts them."""
-        return _algebra().min(self, axis)
+        return operator("min")(self, axis)
 
     def plot(self, path: Any = None, **kwargs: Any) -> Any:
         """Draw the sparsity pattern and the level structure (matplotlib, the ``plot`` extra)."""
-        from ust.plot import plot
-
-        return plot(self, path, **kwargs)
+        return conversion("plot")(self, path, **kwargs)
 
     def to(self, device: str | int) -> Tensor:
         """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""
-        from ust.convert.device import to_device
-
-        return to_device(self, device)
+        return conversion("to_device")(self, device)
 
     def copy(self) -> Tensor:
         """A tensor with copies of every buffer."""
@@ -390,8 +366,6 @@ class Tensor:
     def astype(self, dtype: Any, *, copy: bool = True) -> Tensor:
         """Values cast to ``dtype``; ``copy=False`` shares the index buffers (and the values
         when the dtype is unchanged)."""
-        from ust.convert.validate import check_value_dtype
-
         dt = check_value_dtype(dtype)
         if not copy and dt == self.dtype:
             return self
@@ -420,12 +394,6 @@ class Tensor:
 
 def _shape_text(a: Any) -> str:
     return "[" + ", ".join(str(s) for s in a.shape) + "]"
-
-
-def _algebra() -> Any:
-    import ust.ops_algebra
-
-    return ust.ops_algebra
 
 
 def _brief(a: Any, n: int = 6) -> str:

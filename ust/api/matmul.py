@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ust.algebra.operands import SPARSE, as_tensor, kind
+from ust.api.algebra import apply_epilog, matmul_sparse, multiply, transpose
 from ust.plan import Problem, classify, decide
 from ust.plan.planner import c_compiler_available
 from ust.plan.rules import Rule
@@ -32,8 +34,9 @@ from ust.runtime.spaces import (
     to_space,
 )
 from ust.runtime.stateful import PlanFileError, StatefulOperation, check_plan_fields
+from ust.tensor.dispatch import OPERATORS, register
 
-__all__ = ["Matmul", "matmul", "matmul_problem"]
+__all__ = ["Matmul", "matmul", "matmul_operator", "matmul_problem", "rmatmul"]
 
 _log = get_logger("ops.matmul")
 
@@ -84,7 +87,7 @@ def matmul_problem(
 
 
 def _is_batched(a: Any) -> bool:
-    return any(lv.format.value == "batch" for lv in a.format.levels)
+    return bool(a.format.nbatch)
 
 
 def result_shape(a: Any, bshape: tuple[int, ...]) -> tuple[int, ...]:
@@ -160,14 +163,14 @@ def _cusparse(m: Matmul, rule: Rule, variant: Any) -> Any:
 
 @route_factory("generated-c")
 def _generated_c(m: Matmul, rule: Rule, variant: Any) -> Any:
-    from ust.codegen.runtime import generated_matmul
+    from ust.backends.generated.executors import generated_matmul
 
     return generated_matmul(m, "c", variant)
 
 
 @route_factory("generated-cuda")
 def _generated_cuda(m: Matmul, rule: Rule, variant: Any) -> Any:
-    from ust.codegen.runtime import generated_matmul
+    from ust.backends.generated.executors import generated_matmul
 
     return generated_matmul(m, "cuda", variant)
 
@@ -266,7 +269,7 @@ class Matmul(StatefulOperation):
         xp = self._xp()
         # the one normalisation every route shares (SciPy, cuSPARSE, generated C / CUDA): B in
         # the compute dtype, C-contiguous or (2-D) Fortran order; strided views are copied
-        from ust.codegen.launch import array_layout, dense_operand
+        from ust.backends.generated.launch import array_layout, dense_operand
 
         self.b = dense_operand(xp, self.b, self.dtype)
         if self.c is not None:
@@ -370,7 +373,7 @@ class Matmul(StatefulOperation):
             table = cusparse.SPMV_ALGORITHMS if self.problem.op == "spmv" else cusparse.SPMM_ALGORITHMS
             return table.get(self.problem.format_class, (None,))
         if rule.route.startswith("generated"):
-            from ust.codegen.runtime import variants
+            from ust.codegen.schedule import variants
 
             return tuple(variants(self, rule.route))
         return (None,)
@@ -580,8 +583,6 @@ def explain_decision(decision: Any, space: ExecutionSpace, operands_space: Execu
 
 
 def _is_sparse_operand(x: Any) -> bool:
-    from ust.algebra.operands import SPARSE, kind
-
     return bool(kind(x) == SPARSE)
 
 
@@ -601,7 +602,7 @@ _BUFFER_ATTRS = ("data", "indices", "indptr", "row", "col", "coords", "offsets")
 
 def _layout_key(b: Any) -> str | None:
     """B's memory layout as the executors see it: a cached plan's dense descriptors fix it."""
-    from ust.codegen.launch import array_layout
+    from ust.backends.generated.launch import array_layout
 
     return array_layout(b)
 
@@ -659,8 +660,6 @@ def matmul(
         compile_epilog(epilog).check_params(epilog_params or {})
     b, c = _array_like(b), _array_like(c)
     if _is_sparse_operand(b):
-        from ust.ops_algebra import matmul_sparse, multiply
-
         if c is not None or beta != 0:
             raise UnsupportedError(
                 "sparse @ sparse takes no C/beta; supported: ust.matmul(A, B, alpha=..., format=...)"
@@ -668,7 +667,7 @@ def matmul(
         out = matmul_sparse(a, b, format=format or "CSR", execution=execution)
         out = out if alpha == 1 else multiply(out, alpha)
     elif _is_dense_tensor(a):
-        from ust import dense
+        from ust.api import dense
 
         _log.info("A is stored all-dense: the dense route (cuBLASLt on the GPU, BLAS on the CPU) runs it")
         out = dense.matmul(a.todense(), b, c, alpha=alpha, beta=beta, execution=execution)
@@ -690,50 +689,39 @@ def matmul(
         if key is not None:
             mm.out = None  # the next call allocates a fresh result: this one belongs to the caller
     if epilog is not None:
-        from ust.ops_algebra import apply_epilog
-
         out = apply_epilog(out, epilog, epilog_params or {})
     return out
 
 
-def explain(op: str, *operands: Any, **kwargs: Any) -> str:
-    """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
-
-    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"``, or one
-    of the algebra ops (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``,
-    ``"sum"``, ``"max"``, ``"min"``, ``"spgemm"``, ...).
-    """
-    if op == "matmul":
-        a, b, *rest = operands
-        if _is_sparse_operand(b):
-            from ust.ops_algebra import explain as explain_algebra
-
-            return explain_algebra(
-                "spgemm", a, b, **{k: v for k, v in kwargs.items() if k in ("format", "execution")}
-            )
-        if _is_dense_tensor(a):
-            return "operation: dense matmul\nroute: ust.dense (cuBLASLt on the GPU, BLAS/NumPy on the CPU)\nreason: A is stored all-dense"
-        return Matmul(a, b, *rest, **kwargs).explain()
-    if op == "convert":
-        from ust.convert import asarray
-        from ust.convert.routes import explain_route
-
-        t, fmt = operands
-        return explain_route(asarray(t), fmt)
-    if op == "solve":
-        from ust.linalg import explain_solve
-
-        return explain_solve(*operands, **kwargs)
-    from ust.ops_algebra import explain as explain_algebra
-
-    return explain_algebra(op, *operands, **kwargs)
+@register(OPERATORS, "matmul_operator")
+def matmul_operator(a: Any, b: Any) -> Any:
+    """``a @ b`` as the ``@`` operator means it: SpGEMM when both are sparse, else ``ust.matmul``."""
+    if kind(a) == SPARSE and kind(b) == SPARSE:
+        return matmul_sparse(a, b)
+    if kind(a) == SPARSE:
+        return matmul(a, b)
+    return rmatmul(a, b)
 
 
-def explain_matmul(a: Any, b: Any, c: Any = None, **kwargs: Any) -> str:
-    return Matmul(a, b, c, **kwargs).explain()
+@register(OPERATORS, "rmatmul")
+def rmatmul(x: Any, a: Any) -> Any:
+    """``x @ A`` for a dense ``x`` (1-D or 2-D) and a sparse ``A``: ``(A.T @ x.T).T``, where ``A.T``
+    is a free view (CSR.T is CSC) planned like any other SpMV / SpMM."""
+    if kind(x) == SPARSE:
+        return matmul_sparse(x, a)
+    if isinstance(x, (list, tuple)):  # array-likes as NumPy reads them
+        x = np.asarray(x)
+    t = as_tensor(a)
+    at = transpose(t)
+    nd = getattr(x, "ndim", np.ndim(x))
+    if nd == 1:
+        return matmul(at, x)
+    if nd == 2:
+        return matmul(at, x.T).T
+    raise ShapeError(f"x @ A takes a 1-D or 2-D x, got {nd}-D")
 
 
-#: Variant names saved plans may hold for the generated routes (see ust.codegen.runtime.variants).
+#: Variant names saved plans may hold for the generated routes (see ust.codegen.schedule.variants).
 _GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32))?")
 
 
