@@ -1,4 +1,4 @@
-"""The layering of ust (docs: DESIGN.md, "Layout"), checked on the source: AST and a subprocess.
+"""The layering of ust (docs/design.rst), checked on the source: AST and a subprocess.
 
 Layers, lowest first; a module may import its own layer and the layers below it, and
 ``runtime`` (errors, logging, spaces, xp) from everywhere::
@@ -44,19 +44,6 @@ CUPY_ALLOWED = (
     "ust.runtime.streams",
     "ust.convert.cupyx",
     "ust.convert.torch",
-)
-#: Still importing CuPy themselves (to move behind ust.backends.cuda.arrays): the open part.
-CUPY_PENDING = (
-    "ust.algebra.epilogue",
-    "ust.algebra.sddmm",
-    "ust.api.dense",
-    "ust.api.linalg",
-    "ust.api.linalg_distributed",
-    "ust.api.linop",
-    "ust.api.matmul",
-    "ust.cli.compute",
-    "ust.cli.demo",
-    "ust.convert.device",
 )
 
 
@@ -230,17 +217,13 @@ def _allowed(m: str, prefixes: tuple[str, ...]) -> bool:
     return any(m == p or m.startswith(p + ".") for p in prefixes)
 
 
-def test_cupy_imports_stay_in_their_modules_except_the_pending() -> None:
-    bad = sorted(m for m in _cupy_importers() if not _allowed(m, CUPY_ALLOWED + CUPY_PENDING))
-    assert not bad, (
-        "modules importing CuPy outside backends/cuda, the array helpers and interop:\n" + "\n".join(bad)
-    )
-
-
-@pytest.mark.xfail(strict=False, reason="CUPY_PENDING modules still import CuPy themselves")
 def test_cupy_imports_stay_in_their_modules() -> None:
+    """Everything else asks ust.runtime.xp.import_cupy (BackendUnavailableError naming the extra)."""
     bad = sorted(m for m in _cupy_importers() if not _allowed(m, CUPY_ALLOWED))
-    assert not bad, "\n".join(bad)
+    assert not bad, (
+        "modules importing CuPy outside backends/cuda, the array helpers and interop (use "
+        "ust.runtime.xp.import_cupy):\n" + "\n".join(bad)
+    )
 
 
 def _getlogger_calls(m: str) -> list[int]:
@@ -330,3 +313,67 @@ def test_public_module_names_keep_working() -> None:
         [sys.executable, "-m", "ust", "--version"], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert __version__ in ver.stdout
+
+
+# ----------------------------------------------------------------------------- one planner
+
+
+def test_every_public_op_has_rules_for_each_device_and_every_route_is_registered() -> None:
+    import ust  # noqa: F401 - every layer registers its routes on import
+    from ust.plan.routes import ROUTES
+    from ust.plan.rules import PUBLIC_OPS, RULES
+
+    for public, (ops, devices) in PUBLIC_OPS.items():
+        for dev in devices:
+            for op in ops:
+                assert any(r.op == op and r.device == dev for r in RULES), f"{public}: no {op} rule on {dev}"
+    planned = {op for ops, _ in PUBLIC_OPS.values() for op in ops}
+    missing = sorted({f"{r.op}/{r.route}" for r in RULES if (r.op, r.route) not in ROUTES})
+    assert not missing, f"rules name routes nobody registered: {missing}"
+    assert {r.op for r in RULES} <= planned, "a rule for an op no public op plans"
+    stray = sorted(
+        f"{op}/{name}" for op, name in ROUTES if not any(r.op == op and r.route == name for r in RULES)
+    )
+    assert not stray, f"registered routes no rule names: {stray}"
+
+
+def test_rule_tables_and_the_route_registry_are_frozen_after_import() -> None:
+    import ust  # noqa: F401
+    from ust.plan.routes import ROUTES, Route, is_frozen, register
+    from ust.plan.rules import CONDITIONS, RULES
+    from ust.runtime.errors import UstError
+
+    assert isinstance(RULES, tuple)
+    assert all(dataclasses_frozen(r) for r in RULES)
+    with pytest.raises(TypeError):
+        CONDITIONS["new"] = lambda p: True  # type: ignore[index]
+    with pytest.raises(TypeError):
+        ROUTES[("spmv", "new")] = None  # type: ignore[index]
+    assert is_frozen()
+    with pytest.raises(UstError, match="frozen"):
+        register(Route("spmv", "late", lambda *a: None))
+
+
+def dataclasses_frozen(obj: object) -> bool:
+    import dataclasses
+
+    return bool(dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen)  # type: ignore[attr-defined]
+
+
+def test_no_module_keeps_its_own_route_table() -> None:
+    """Routes are Route objects in ust.plan.routes, not strings looked up in per-module dicts."""
+    offenders = []
+    for mod, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id in ("_ROUTES", "_FACTORIES"):
+                    offenders.append(f"{mod}.{t.id}")
+    assert not offenders, offenders

@@ -717,11 +717,14 @@ def _fake_cupy():
         Event=Event,
         get_elapsed_time=lambda a, b: 1e3 * (b.t - a.t) + 1e-3,
         runtime=types.SimpleNamespace(
-            getDeviceProperties=lambda i: {"name": b"Stand-in GPU", "major": 9, "minor": 0}
+            getDeviceProperties=lambda i: {"name": b"Stand-in GPU", "major": 9, "minor": 0},
+            getDevice=lambda: 0,
+            runtimeGetVersion=lambda: 13000,
         ),
     )
     return types.SimpleNamespace(
         __name__="cupy",
+        __version__="0.0+stand-in",
         empty=wrap(np.empty),
         zeros=wrap(np.zeros),
         broadcast_to=wrap(np.broadcast_to),

@@ -21,7 +21,7 @@ from ust.runtime.errors import (
 
 @pytest.fixture(autouse=True)
 def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ust.backends.cuda.arrays.gpu_available", lambda: False)
+    monkeypatch.setattr("ust.runtime.xp.gpu_available", lambda: False)
 
 
 # ------------------------------------------------------------------ device lists

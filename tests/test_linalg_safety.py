@@ -38,13 +38,14 @@ from ust.runtime.errors import (
     SolverAccuracyError,
     UnsupportedError,
 )
+from ust.runtime.spaces import CPU
 from ust.runtime.stateful import PlanFileError
 
 
 @pytest.fixture(autouse=True)
 def _cpu_route(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU tests: even on a machine with a GPU, operands without execution= stay on the CPU."""
-    monkeypatch.setattr("ust.backends.cuda.arrays.gpu_available", lambda: False)
+    monkeypatch.setattr("ust.runtime.xp.gpu_available", lambda: False)
 
 
 TOL = L.DirectSolverOptions().tolerance(np.dtype(np.float64))
@@ -302,7 +303,7 @@ def _encoded(values: Any, dtype: str = "<i8") -> dict[str, Any]:
 
 
 def _digest(a: Any) -> str:
-    return L._pattern_digest(L._canonical(sp.csr_matrix(a), np.dtype(np.float64), L.CPU))
+    return L._pattern_digest(L._canonical(sp.csr_matrix(a), np.dtype(np.float64), CPU))
 
 
 A5 = regular(3, n=5)

@@ -113,6 +113,27 @@ def test_autotune_times_candidates_and_keeps_a_working_route() -> None:
     np.testing.assert_allclose(mm.execute(), a @ np.ones(10))
 
 
+def test_autotuned_and_loaded_reasons_keep_the_block_size(tmp_path) -> None:
+    """The reason names the full format class ("BSR[2, 2]"), however the route was chosen."""
+    a = sp.bsr_array(_matrix(12, 10).toarray(), blocksize=(2, 2))
+    x = np.ones(10)
+    mm = ust.Matmul(a, x)
+    assert mm.problem.format_text == "BSR[2, 2]" and "BSR[2, 2]" in mm.decision.reason
+    mm.plan()
+    mm.autotune(iterations=1)
+    rule = mm.decision.rule
+    assert mm.decision.reason == rule.reason_for(mm.problem) + " (fastest when autotuned)"
+    if "{fmt}" in rule.reason:
+        assert "BSR[2, 2]" in mm.decision.reason
+    mm.save_plan(tmp_path / "plan.json")
+    loaded = ust.Matmul.load_plan(tmp_path / "plan.json", a, x)
+    assert loaded.from_saved_plan
+    assert loaded.decision.reason == rule.reason_for(loaded.problem) + " (from a saved plan)"
+    if "{fmt}" in rule.reason:
+        assert "BSR[2, 2]" in loaded.decision.reason
+    np.testing.assert_allclose(loaded.execute(), a @ x)
+
+
 def test_saved_plan_loads_in_a_fresh_process(tmp_path) -> None:
     a = _matrix()
     sp.save_npz(tmp_path / "a.npz", a)

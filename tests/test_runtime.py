@@ -392,3 +392,14 @@ def test_import_ust_loads_no_gpu_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_import_cupy_names_the_extra_for_submodules_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ust.runtime import xp
+
+    monkeypatch.setitem(sys.modules, "cupyx", None)
+    with pytest.raises(BackendUnavailableError, match=r'pip install "ust\[cu13\]"'):
+        xp.import_cupy("cupyx.scipy.sparse")
+    with pytest.raises(ValueError, match="CuPy modules only"):
+        xp.import_cupy("torch")
+    assert import_cupy is xp.import_cupy  # one helper: the CUDA backend re-exports it

@@ -19,6 +19,7 @@ from ust.api.linalg import DirectSolver, DirectSolverOptions, solve
 from ust.api.matmul import Matmul, matmul
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
+from ust.plan.routes import freeze as _freeze_routes
 from ust.runtime.errors import (
     BackendUnavailableError,
     DeviceError,
@@ -35,6 +36,9 @@ from ust.runtime.errors import (
     UstSyntaxError,
 )
 from ust.tensor import Tensor
+
+_freeze_routes()  # every layer registered its routes as `import ust` imported it: the table is fixed now
+del _freeze_routes
 
 # the public module names of the api layer: ``import ust.dense`` / ``from ust.linalg import solve``
 # give the very modules of ust.api (one object, so monkeypatching either name patches both)

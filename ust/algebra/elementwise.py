@@ -21,6 +21,7 @@ import numpy as np
 from ust.algebra.coiterate import intersection, keyed, to_tensor, union
 from ust.algebra.problem import choose, problem
 from ust.formats.model import Format
+from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
 
 __all__ = ["binary_sparse", "dense_plus", "map_values", "sampled_dense"]
@@ -57,11 +58,11 @@ def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     return to_tensor(ka, keys, vals, fmt)
 
 
-_ROUTES: dict[str, Callable[[str, Any, Any, Format, Any], Any]] = {
-    "scipy": _scipy,
-    "cupyx": _cupyx,
-    "array-program": _array,
-}
+# the routes of the "add" / "multiply" rules: build(op, a, b, fmt, dtype) -> the result
+for _op in ("add", "multiply"):
+    for _name, _build in (("scipy", _scipy), ("cupyx", _cupyx), ("array-program", _array)):
+        register(Route(_op, _name, _build))
+del _op, _name, _build
 
 
 def binary_sparse(
@@ -81,7 +82,7 @@ def binary_sparse(
     d = choose(p, route)
     if dry:
         return None, d
-    return _ROUTES[d.route](op, a, b, fmt, dtype), d
+    return route_of(d.rule).build(op, a, b, fmt, dtype), d
 
 
 # ----------------------------------------------------------------------------- structure kept

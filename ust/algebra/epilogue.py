@@ -97,9 +97,9 @@ def epilog_inputs(params: Mapping[str, Any] | None, like: Any) -> dict[str, Any]
     for name, v in (params or {}).items():
         if isinstance(v, (list, tuple)):
             if on_gpu:
-                import cupy
+                from ust.runtime.xp import import_cupy
 
-                v = cupy.asarray(np.asarray(v))
+                v = import_cupy().asarray(np.asarray(v))
             else:
                 v = np.asarray(v)
         elif (

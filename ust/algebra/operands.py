@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ust.runtime import xp as _xp
-from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError
-from ust.runtime.spaces import ExecutionSpace, operand_package, parse_execution, resolve_space, to_space
+from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.placement import Placement as _Placement
+from ust.runtime.spaces import ExecutionSpace, to_package
 
 __all__ = [
     "DENSE",
@@ -73,11 +74,9 @@ def as_dense(x: Any, space: ExecutionSpace) -> Any:
     """A dense operand as a NumPy (CPU) or CuPy (GPU) array in ``space`` (no copy when it is there)."""
     if isinstance(x, (list, tuple)):
         x = np.asarray(x)
-    arr = to_space(x, space).array
-    if operand_package(arr) == "torch":  # to_space keeps torch as torch: view it through NumPy / CuPy
-        from ust.runtime.spaces import to_package
-
-        arr = to_package(arr, "cupy" if space.is_cuda else "numpy", space).array
+    arr = to_package(
+        x, "cupy" if space.is_cuda else "numpy", space
+    ).array  # torch: viewed through NumPy / CuPy
     if np.dtype(arr.dtype).kind not in "iufc":
         raise UnsupportedError(
             f"dense operand of dtype {arr.dtype}; supported: integer, float or complex dtypes"
@@ -101,49 +100,21 @@ def check_same_shape(op: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
         raise ShapeError(f"{op}: operand shapes {tuple(a_shape)} and {tuple(b_shape)} differ")
 
 
-class Placement:
-    """Where an op runs (``space``) and where its result goes back to (``home``)."""
+class Placement(_Placement):
+    """Where an op runs (``space``) and where its result goes back to (``home``): the one
+    :class:`ust.runtime.placement.Placement`, with scalars left out and dense operands checked."""
+
+    __slots__ = ()
 
     def __init__(self, operands: Mapping[str, Any], execution: Any = None) -> None:
         live = {k: v for k, v in operands.items() if v is not None and kind(v) != SCALAR}
-        try:
-            home = resolve_space(live)
-        except DeviceError:
-            if execution is None:
-                raise
-            home = None
-        self.space: ExecutionSpace = resolve_space(live, execution) if execution is not None else home  # type: ignore[assignment]
-        self.home: ExecutionSpace = home if home is not None else self.space
-        if self.space.is_cuda and self.space != self.home:
-            from ust.backends.cuda.arrays import require_device
-
-            require_device(self.space.device_id)
-
-    @property
-    def device(self) -> str:
-        return "cpu" if not self.space.is_cuda else f"cuda:{self.space.device_id or 0}"
-
-    def tensor(self, t: Any) -> Any:
-        """A Tensor moved to the execution space."""
-        return t if t.device == self.device else t.to(self.device)
+        super().__init__(live, execution)
+        self.require_device()
 
     def dense(self, x: Any) -> Any:
         return as_dense(x, self.space)
 
-    def back(self, result: Any) -> Any:
-        """The result in the operands' memory space (no copy when it already is there)."""
-        if self.home == self.space:
-            return result
-        from ust.tensor import Tensor
-
-        if isinstance(result, Tensor):
-            return result.to("cpu" if not self.home.is_cuda else f"cuda:{self.home.device_id or 0}")
-        if isinstance(result, (numbers.Number, np.generic)):
-            return result
-        return to_space(result, self.home).array
-
 
 def place(operands: Mapping[str, Any], execution: Any = None) -> Placement:
     """The placement of an op on ``operands`` (DeviceError when they are on different devices)."""
-    parse_execution(execution)  # a bad value fails first
     return Placement(operands, execution)

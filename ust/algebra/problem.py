@@ -13,14 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ust.plan import Decision, Problem, classify, decide
-from ust.plan.planner import c_compiler_available, candidates
-from ust.runtime.errors import UnsupportedError
-from ust.runtime.log import get_logger
+from ust.plan import Decision, Problem, classify
+from ust.plan.planner import c_compiler_available, format_text
+from ust.plan.planner import choose as plan_choose
 
 __all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem"]
-
-_log = get_logger("ops.algebra")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,23 +64,11 @@ def problem(
 
 def choose(p: AlgebraProblem, route: str | None = None) -> Decision:
     """The planner's decision, or the forced ``route`` when the table lists it for ``p``."""
-    d = decide(p)
-    if route is None or route == d.route:
-        _log.info("route for %s: %s (%s)", p.op, d.route, d.reason)
-        return d
-    for rule in candidates(p):
-        if rule.route == route:
-            reason = rule.reason.format(fmt=_fmt(p), dtype=p.dtype) + " (forced by route=)"
-            _log.info("route for %s: %s (%s)", p.op, rule.route, reason)
-            return Decision(p, rule, reason, tuple(r for r in candidates(p) if r is not rule))
-    names = ", ".join(dict.fromkeys(r.route for r in candidates(p)))
-    raise UnsupportedError(
-        f"route {route!r} does not apply to {p.op} on {p.device} with {_fmt(p)}; candidates: {names}"
-    )
+    return plan_choose(p, route)
 
 
 def _fmt(p: Problem) -> str:
-    return p.format_class + (f"[{', '.join(map(str, p.format_params))}]" if p.format_params else "")
+    return format_text(p)
 
 
 _OPS = {

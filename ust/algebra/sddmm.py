@@ -14,13 +14,14 @@ in chunks that bound the temporary memory) on the CPU and for the remaining GPU 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ust.algebra.epilogue import check_epilog_params
 from ust.algebra.problem import choose, problem
+from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
 
 __all__ = ["KERNEL_TEMPLATE", "kernel_source", "sddmm"]
@@ -141,12 +142,11 @@ def kernel_source(dtype: Any, epilog: Any = None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _kernel(dtype_name: str, epilog_text: str | None) -> Any:
-    import cupy
-
     from ust.codegen.epilog import compile_epilog
+    from ust.runtime.xp import import_cupy
 
     ep = compile_epilog(epilog_text) if epilog_text is not None else None
-    return cupy.RawKernel(kernel_source(dtype_name, ep), "ust_sddmm_warp", options=("--std=c++14",))
+    return import_cupy().RawKernel(kernel_source(dtype_name, ep), "ust_sddmm_warp", options=("--std=c++14",))
 
 
 def _generated_cuda(job: _Job) -> Any:
@@ -179,11 +179,14 @@ def _generated_cuda(job: _Job) -> Any:
     return _result_with(s, out)
 
 
-_ROUTES: dict[str, Callable[[_Job], Any]] = {
-    "cusparse": _cusparse,
-    "generated-cuda": _generated_cuda,
-    "array-program": _array_program,
-}
+# the routes of the "sddmm" rules: build(job) -> the result
+for _name, _build in (
+    ("cusparse", _cusparse),
+    ("generated-cuda", _generated_cuda),
+    ("array-program", _array_program),
+):
+    register(Route("sddmm", _name, _build))
+del _name, _build
 
 
 def sddmm(
@@ -231,4 +234,4 @@ def sddmm(
 
         s = canonical(s)
     job = _Job(s, a, b, alpha, beta, dtype, ep, epilog_params)
-    return _ROUTES[d.route](job), d
+    return route_of(d.rule).build(job), d

@@ -12,7 +12,6 @@ routes (SciPy's rule); cuSPARSE keeps structural zeros, as CuPy's ``@`` does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,8 @@ from ust.algebra.coiterate import Keyed, _starts, to_tensor
 from ust.algebra.problem import choose, problem
 from ust.formats.library import get
 from ust.formats.model import Format
+from ust.plan.planner import c_compiler_available
+from ust.plan.routes import Route, register, route_of
 from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError, UnsupportedError
 
@@ -136,14 +137,17 @@ def _array_program(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     return to_tensor(like, keys, vals, fmt)
 
 
-_ROUTES: dict[str, Callable[[Any, Any, Format, Any], Any]] = {
-    "scipy": _scipy,
-    "convert-scipy": _convert_scipy,
-    "generated-c": _generated_c,
-    "array-program": _array_program,
-    "cusparse": _cusparse,
-    "convert-cusparse": _cusparse,
-}
+# the routes of the "spgemm" rules: build(a, b, fmt, dtype) -> the product
+for _name, _build in (
+    ("scipy", _scipy),
+    ("convert-scipy", _convert_scipy),
+    ("array-program", _array_program),
+    ("cusparse", _cusparse),
+    ("convert-cusparse", _cusparse),
+):
+    register(Route("spgemm", _name, _build))
+del _name, _build
+register(Route("spgemm", "generated-c", _generated_c, available=c_compiler_available))
 
 
 def spgemm(a: Any, b: Any, fmt: Format, route: str | None = None, *, dry: bool = False) -> tuple[Any, Any]:
@@ -174,4 +178,4 @@ def spgemm(a: Any, b: Any, fmt: Format, route: str | None = None, *, dry: bool =
     d = choose(problem("spgemm", a, device=a.device, dtype=dtype, other=b), route)
     if dry:
         return None, d
-    return _ROUTES[d.route](a, b, fmt, dtype), d
+    return route_of(d.rule).build(a, b, fmt, dtype), d

@@ -29,12 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from ust.algebra import elementwise as _elementwise_routes  # noqa: F401 - registers the add/multiply routes
+from ust.algebra import sddmm as _sddmm_routes  # noqa: F401 - registers the sddmm routes
+from ust.algebra import spgemm as _spgemm_routes  # noqa: F401 - registers the spgemm routes
 from ust.algebra.epilogue import apply_epilog
 from ust.algebra.operands import DENSE, SCALAR, SPARSE, Placement, as_tensor, kind, place
 from ust.algebra.problem import choose, explain_text, problem
 from ust.formats.library import get, resolve
 from ust.formats.model import Format
 from ust.plan import Decision
+from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.tensor.dispatch import OPERATORS
 
@@ -183,14 +187,22 @@ def _is_zero(x: Any) -> bool:
 
 def _scale(t: Any, fn: Callable[[Any], Any], fmt: Format | None, other: str, route: str | None,
            dry: bool) -> _Result:  # fmt: skip
-    from ust.algebra.elementwise import map_values
-
     probe = fn(t.values[:0])
     d = choose(problem("scale", t, device=t.device, dtype=probe.dtype, other_kind=other), route)
     if dry:
         return None, d
-    out = map_values(t, fn)
+    out = route_of(d.rule).build(t, fn)
     return (out if fmt is None or fmt == out.format else out.convert(fmt)), d
+
+
+def _map_values(t: Any, fn: Callable[[Any], Any]) -> Any:
+    from ust.algebra.elementwise import map_values
+
+    return map_values(t, fn)
+
+
+# the route of the "scale" rules (sparse x scalar and sparse x dense keep the structure)
+register(Route("scale", "values", _map_values))
 
 
 def _elementwise(op: str, a: Any, b: Any, format: Any, execution: Any, route: str | None,  # noqa: A002
@@ -289,14 +301,21 @@ def astype(a: Any, dtype: Any, *, copy: bool = True) -> Any:
 
 
 def _transpose(a: Any, axes: Sequence[int] | None, format: Any, route: str | None, dry: bool) -> _Result:  # noqa: A002
-    from ust.algebra.transpose import transpose as view
-
     t = as_tensor(a)
     d = choose(problem("transpose", t, device=t.device, dtype=t.dtype), route)
     if dry:
         return None, d
-    out = view(t, axes)
+    out = route_of(d.rule).build(t, axes)
     return (out if format is None else out.convert(resolve(format))), d
+
+
+def _relabel(t: Any, axes: Sequence[int] | None) -> Any:
+    from ust.algebra.transpose import transpose as view
+
+    return view(t, axes)
+
+
+register(Route("transpose", "relabel", _relabel))
 
 
 def transpose(a: Any, axes: Sequence[int] | None = None, *, format: Any = None) -> Any:  # noqa: A002
@@ -312,7 +331,7 @@ def transpose(a: Any, axes: Sequence[int] | None = None, *, format: Any = None) 
 
 
 def _reduce(op: str, a: Any, axis: Any, execution: Any, route: str | None, dry: bool) -> _Result:
-    from ust.algebra.reduce import check_axis, check_result, extreme_array, sum_array, sum_dtype
+    from ust.algebra.reduce import check_axis, check_result, sum_dtype
 
     pl: Placement = place({"a": a}, execution)
     t = pl.tensor(as_tensor(a))
@@ -324,17 +343,35 @@ def _reduce(op: str, a: Any, axis: Any, execution: Any, route: str | None, dry: 
     d = choose(problem(op, t, device=t.device, dtype=t.dtype), route)
     if dry:
         return None, d
-    if d.route == "scipy":
-        r = getattr(t.to_scipy(), op)(axis=ax)
-        r = r.toarray() if hasattr(r, "toarray") else r
-    elif d.route == "cupyx":  # cupyx is matrix-shaped: (m, 1) / (1, n) where SciPy's arrays are 1-D
-        r = getattr(t.to_cupyx(), op)(axis=ax)
-        r = r if ax is None else r.ravel()
-    elif op == "sum":
-        r = sum_array(t, ax)
-    else:
-        r = extreme_array(t, ax, "maximum" if op == "max" else "minimum")
-    return pl.back(r), d
+    return pl.back(route_of(d.rule).build(op, t, ax)), d
+
+
+def _reduce_scipy(op: str, t: Any, ax: Any) -> Any:
+    r = getattr(t.to_scipy(), op)(axis=ax)
+    return r.toarray() if hasattr(r, "toarray") else r
+
+
+def _reduce_cupyx(op: str, t: Any, ax: Any) -> Any:
+    r = getattr(t.to_cupyx(), op)(axis=ax)
+    return r if ax is None else r.ravel()  # cupyx is matrix-shaped: (m, 1) / (1, n) where SciPy's are 1-D
+
+
+def _reduce_array(op: str, t: Any, ax: Any) -> Any:
+    from ust.algebra.reduce import extreme_array, sum_array
+
+    return sum_array(t, ax) if op == "sum" else extreme_array(t, ax, "maximum" if op == "max" else "minimum")
+
+
+# the routes of the reduction rules: build(op, t, axis) -> the reduced value
+for _op in ("sum", "max", "min"):
+    for _name, _build in (
+        ("scipy", _reduce_scipy),
+        ("cupyx", _reduce_cupyx),
+        ("array-program", _reduce_array),
+    ):
+        if _name != "cupyx" or _op == "sum":  # CuPy's sum is the one library reduction on the GPU
+            register(Route(_op, _name, _build))
+del _op, _name, _build
 
 
 def sum(a: Any, axis: Any = None, *, execution: Any = None, route: str | None = None) -> Any:  # noqa: A001

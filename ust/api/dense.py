@@ -28,16 +28,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ust.runtime.errors import DeviceError, ShapeError, UnsupportedError, UstError
+from ust.runtime.errors import ShapeError, UnsupportedError, UstError
 from ust.runtime.log import get_logger
-from ust.runtime.spaces import (
-    ExecutionSpace,
-    log_placement,
-    operand_package,
-    operand_space,
-    resolve_space,
-    to_package,
-)
+from ust.runtime.placement import Placement
+from ust.runtime.spaces import ExecutionSpace, log_placement, operand_package, operand_space
 from ust.runtime.stateful import (
     PlanFileError,
     StatefulOperation,
@@ -45,6 +39,7 @@ from ust.runtime.stateful import (
     decode_array,
     encode_array,
 )
+from ust.runtime.xp import import_cupy
 
 __all__ = [
     "EPILOGS",
@@ -143,62 +138,19 @@ def _name_of_dtype(dtype: Any) -> str:
     return str(dtype).rpartition(".")[2]  # torch.float32 -> float32 (str(dtype) costs microseconds)
 
 
-class _Placement:
-    """Where the operands live (package, memory space) and where the work runs."""
-
-    def __init__(self, operands: Mapping[str, Any], execution: Any) -> None:
-        present = {k: v for k, v in operands.items() if v is not None}
-        first = next(iter(present.values()))
-        self.package = operand_package(first)
-        for name, x in present.items():
-            if operand_package(x) not in ("numpy", "cupy", "torch"):
-                raise UnsupportedError(
-                    f"operand {name} is a {operand_package(x)} object; dense operations take NumPy, CuPy "
-                    "or torch arrays (sparse operands go to ust.matmul)"
-                )
-        self.home = operand_space(first)
-        self.space: ExecutionSpace = resolve_space(present, execution)
-        self.xp_name = "cupy" if self.space.is_cuda else "numpy"
-        self.moves = self.space != self.home or self.package != self.xp_name
-        log_placement(_log, self.home, self.space)
-
-    @property
-    def device_id(self) -> int:
-        return self.space.device_id or 0
-
-    def check(self, name: str, x: Any, execution_given: bool) -> None:
-        """A later operand (bias, a reset one) must live where the first ones did, unless moved anyway."""
-        if x is None or execution_given:
-            return
-        space = operand_space(x)
-        if space != self.home:
-            raise DeviceError(
-                f"operand {name} is on {space}, but the other operands are on {self.home}; move it, or "
-                "pass execution= to choose where to run"
+def _placement(operands: Mapping[str, Any], execution: Any) -> Placement:
+    """The one placement (:mod:`ust.runtime.placement`) of dense operands: the result comes back
+    in the first operand's package and memory."""
+    present = {k: v for k, v in operands.items() if v is not None}
+    for name, x in present.items():
+        if operand_package(x) not in ("numpy", "cupy", "torch"):
+            raise UnsupportedError(
+                f"operand {name} is a {operand_package(x)} object; dense operations take NumPy, CuPy "
+                "or torch arrays (sparse operands go to ust.matmul)"
             )
-
-    def move(self, x: Any) -> Any:
-        if x is None:
-            return None
-        moved = to_package(x, self.xp_name, self.space)
-        if moved.nbytes:
-            _log.info(
-                "moved %d bytes to %s in %.3f ms", moved.nbytes, self.space.describe(), 1e3 * moved.seconds
-            )
-        return moved.array
-
-    def back(self, y: Any) -> Any:
-        if not self.moves:
-            return y
-        return to_package(y, self.package, self.home).array
-
-    def stream(self, stream: Any) -> int:
-        """The cudaStream_t to run on: ``stream`` if given, else CuPy's current stream."""
-        from ust.runtime.streams import current_stream, stream_pointer
-
-        if stream is not None:
-            return stream_pointer(stream)
-        return int(current_stream("cupy", self.device_id).ptr)
+    place = Placement(present, execution, home=next(iter(present)))
+    place.log(_log)
+    return place
 
 
 def _supported_dtypes(space: ExecutionSpace) -> tuple[str, ...]:
@@ -403,7 +355,7 @@ class Matmul(StatefulOperation):
         self.options = _options(MatmulOptions, options)
         a, b, c = _arraylike(a), _arraylike(b), _arraylike(c)
         self._execution_given = execution is not None
-        self._place = _Placement({"a": a, "b": b, "c": c}, execution)
+        self._place = _placement({"a": a, "b": b, "c": c}, execution)
         self._shape = _matmul_shape(a, b, c, self._place.space)
         _check_scalars(alpha, beta, c, self._shape.dtype)
         self._alpha, self._beta = _scalar(alpha, self._shape.dtype), _scalar(beta, self._shape.dtype)
@@ -413,7 +365,7 @@ class Matmul(StatefulOperation):
             "c": None if c is None else tuple(c.shape),
         }
         self._ops: dict[str, Any] = {
-            n: _promote(self._place.move(x), n, self._shape) for n, x in zip("abc", (a, b, c))
+            n: _promote(self._place.move(x, _log), n, self._shape) for n, x in zip("abc", (a, b, c))
         }
         self._runner: Any = None
         self._epilog = "none"
@@ -466,13 +418,14 @@ class Matmul(StatefulOperation):
             )
         kind = None
         if bias is not None:
-            self._place.check("bias", bias, self._execution_given)
+            if not self._execution_given:
+                self._place.check("bias", bias)
             if _dtype_name(bias) != self._shape.dtype:
                 raise UnsupportedError(
                     f"bias is {_dtype_name(bias)} but the operands are {self._shape.dtype}; give it their dtype"
                 )
             kind = _bias_kind(bias, self._shape)
-            self._ops["bias"] = _promote(self._place.move(bias), "bias", self._shape)
+            self._ops["bias"] = _promote(self._place.move(bias, _log), "bias", self._shape)
             self._bias_shape = tuple(bias.shape)
         else:
             self._ops["bias"] = None
@@ -487,9 +440,7 @@ class Matmul(StatefulOperation):
     def _make_runner(self, algorithm: Any) -> Any:
         s, ops = self._shape, self._ops
         if self._place.space.is_cuda and 0 in (s.m, s.n, s.k):
-            import cupy
-
-            return _EmptyMatmul(cupy, s.d_shape, s.dtype, self._epilog)
+            return _EmptyMatmul(import_cupy(), s.d_shape, s.dtype, self._epilog)
         if self._place.space.is_cuda:
             from ust.backends.cuda.cublaslt import GpuMatmul
 
@@ -595,14 +546,16 @@ class Matmul(StatefulOperation):
                 raise UnsupportedError(
                     f"new {name} is a {operand_package(x)} array but the operands were {self._place.package}"
                 )
-            self._place.check(name, x, False)
+            self._place.check(name, x)
         _check_scalars(
             self._alpha if alpha is None else alpha,
             self._beta if beta is None else beta,
             self._ops["c"],
             self._shape.dtype,
         )
-        moved = {n: _promote(self._place.move(x), n, self._shape) for n, x in new.items() if x is not None}
+        moved = {
+            n: _promote(self._place.move(x, _log), n, self._shape) for n, x in new.items() if x is not None
+        }
         if self._runner is not None and self._runner.route == "cublasLt" and moved:
             self._runner.bind(checked=True, **moved)
         self._ops.update(moved)
@@ -624,7 +577,7 @@ class Matmul(StatefulOperation):
         new = {"a": a, "b": b, "c": c, "bias": None if not epilog_inputs else epilog_inputs.get("bias")}
         place, shape = self._place, self._shape
         moved = {
-            n: _promote(place.move(x) if place.moves else x, n, shape)
+            n: _promote(place.move(x, _log) if place.moves else x, n, shape)
             for n, x in new.items()
             if x is not None
         }
@@ -669,21 +622,16 @@ class Matmul(StatefulOperation):
             payload["order"] = self._runner.order
         return payload
 
-    def _plan_device(self) -> str:
-        if self._place.space.is_cuda:
-            from ust.backends.cuda.cublaslt import device_description
+    def _plan_space(self) -> ExecutionSpace:
+        return self._place.space
 
-            return device_description(self._place.device_id)
-        return "cpu"
-
-    def _plan_versions(self) -> dict[str, str]:
+    def _plan_libraries(self) -> dict[str, Any]:
+        """cuBLASLt beside the stateful base's NumPy / SciPy / CuPy / CUDA runtime versions."""
         if self._place.space.is_cuda:
             from ust.backends.cuda.cublaslt import library_version
 
-            return {"cublasLt": str(library_version())}
-        import scipy
-
-        return {"numpy": np.__version__, "scipy": scipy.__version__}
+            return {"cublasLt": library_version}
+        return {}
 
     def load_plan(self, path: str | os.PathLike[str], epilog_inputs: Mapping[str, Any] | None = None) -> bool:
         """Plan from a file written by :meth:`save_plan`, skipping the algorithm search.
@@ -838,8 +786,19 @@ def matmul(
 
 # ------------------------------------------------------------------------------------------- FFT
 
-_FFT_ND = ("fftn", "ifftn")
-FFT_KIND_NAMES = ("fft", "ifft", "rfft", "irfft", "fftn", "ifftn")
+#: The transforms, as scipy.fft names them, with the names of their size and axes arguments:
+#: ``n`` / ``axis`` (one axis) or ``s`` / ``axes`` (several).  Drives the one-shot functions
+#: (:func:`fft`, :func:`ifft`, ...), :class:`FFT`'s ``kind`` and the argument checks.
+_FFT_ARGUMENTS: dict[str, tuple[str, str]] = {
+    "fft": ("n", "axis"),
+    "ifft": ("n", "axis"),
+    "rfft": ("n", "axis"),
+    "irfft": ("n", "axis"),
+    "fftn": ("s", "axes"),
+    "ifftn": ("s", "axes"),
+}
+FFT_KIND_NAMES = tuple(_FFT_ARGUMENTS)
+_FFT_ND = tuple(k for k, (size, _) in _FFT_ARGUMENTS.items() if size == "s")
 
 
 def _fft_args(kind: str, x: Any, n: Any, axes: Any, norm: Any) -> tuple[Any, Any]:
@@ -935,15 +894,13 @@ def _one_shot_fft(
         log_placement(_log, space, space)
         with x.device:
             return cufft.one_shot(kind, x, n, axes, norm)
-    place = _Placement({"x": x}, execution)
-    xs = place.move(x)
-    args = tuple(place.move(v) if hasattr(v, "shape") else v for v in args)
+    place = _placement({"x": x}, execution)
+    xs = place.move(x, _log)
+    args = tuple(place.move(v, _log) if hasattr(v, "shape") else v for v in args)
     if place.space.is_cuda:
-        import cupy
-
         from ust.backends.cuda import cufft
 
-        with cupy.cuda.Device(place.device_id):
+        with import_cupy().cuda.Device(place.device_id):
             y = cufft.one_shot(kind, xs, n, axes, norm)
             if epilog is not None:
                 y = cufft.apply_epilog(y, epilog, args)
@@ -956,106 +913,53 @@ def _one_shot_fft(
     return place.back(y)
 
 
-def _fft_doc(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.__doc__ = (
-            f"scipy.fft.{kind} on NumPy input (worker threads: options={{'workers': N}}), cuFFT on CuPy input.\n\n"
-            "``epilog(y, *epilog_args)`` runs on the output in one extra pass: a ufunc in place, any other\n"
-            "callable as one fused kernel on the GPU.  ``execution=`` moves the data as elsewhere in ust."
-        )
-        return fn
+def _one_shot(kind: str) -> Callable[..., Any]:
+    """The one-shot function of transform ``kind`` (scipy.fft's signature; see :data:`_FFT_ARGUMENTS`)."""
+    if _FFT_ARGUMENTS[kind] == ("n", "axis"):
 
-    return deco
+        def transform(
+            x: Any,
+            n: Any = None,
+            axis: int = -1,
+            norm: Any = None,
+            *,
+            epilog: Any = None,
+            epilog_args: Any = (),
+            execution: Any = None,
+            options: Any = None,
+        ) -> Any:
+            return _one_shot_fft(kind, x, n, axis, norm, epilog, epilog_args, execution, options)
 
+    else:
 
-@_fft_doc("fft")
-def fft(
-    x: Any,
-    n: Any = None,
-    axis: int = -1,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("fft", x, n, axis, norm, epilog, epilog_args, execution, options)
+        def transform(  # type: ignore[misc]
+            x: Any,
+            s: Any = None,
+            axes: Any = None,
+            norm: Any = None,
+            *,
+            epilog: Any = None,
+            epilog_args: Any = (),
+            execution: Any = None,
+            options: Any = None,
+        ) -> Any:
+            return _one_shot_fft(kind, x, s, axes, norm, epilog, epilog_args, execution, options)
 
-
-@_fft_doc("ifft")
-def ifft(
-    x: Any,
-    n: Any = None,
-    axis: int = -1,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("ifft", x, n, axis, norm, epilog, epilog_args, execution, options)
-
-
-@_fft_doc("rfft")
-def rfft(
-    x: Any,
-    n: Any = None,
-    axis: int = -1,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("rfft", x, n, axis, norm, epilog, epilog_args, execution, options)
+    transform.__name__ = transform.__qualname__ = kind
+    transform.__doc__ = (
+        f"scipy.fft.{kind} on NumPy input (worker threads: options={{'workers': N}}), cuFFT on CuPy input.\n\n"
+        "``epilog(y, *epilog_args)`` runs on the output in one extra pass: a ufunc in place, any other\n"
+        "callable as one fused kernel on the GPU.  ``execution=`` moves the data as elsewhere in ust."
+    )
+    return transform
 
 
-@_fft_doc("irfft")
-def irfft(
-    x: Any,
-    n: Any = None,
-    axis: int = -1,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("irfft", x, n, axis, norm, epilog, epilog_args, execution, options)
-
-
-@_fft_doc("fftn")
-def fftn(
-    x: Any,
-    s: Any = None,
-    axes: Any = None,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("fftn", x, s, axes, norm, epilog, epilog_args, execution, options)
-
-
-@_fft_doc("ifftn")
-def ifftn(
-    x: Any,
-    s: Any = None,
-    axes: Any = None,
-    norm: Any = None,
-    *,
-    epilog: Any = None,
-    epilog_args: Any = (),
-    execution: Any = None,
-    options: Any = None,
-) -> Any:
-    return _one_shot_fft("ifftn", x, s, axes, norm, epilog, epilog_args, execution, options)
+fft = _one_shot("fft")
+ifft = _one_shot("ifft")
+rfft = _one_shot("rfft")
+irfft = _one_shot("irfft")
+fftn = _one_shot("fftn")
+ifftn = _one_shot("ifftn")
 
 
 class _CpuFFT:
@@ -1101,9 +1005,9 @@ class FFT(StatefulOperation):
         self._transform = kind
         self._n, self._axes = _fft_args(kind, x, n, axes, norm)
         self._norm = norm
-        self._place = _Placement({"x": x}, execution)
+        self._place = _placement({"x": x}, execution)
         self._shape, self._dtype = tuple(x.shape), _dtype_name(x)
-        self._x = self._place.move(x)
+        self._x = self._place.move(x, _log)
         self._runner: Any = None
         self._epilog: Any = None
         self._epilog_args: tuple[Any, ...] = ()
@@ -1117,7 +1021,7 @@ class FFT(StatefulOperation):
         self._require("plan")
         args = _check_epilog(epilog, epilog_args)
         self._epilog = epilog
-        self._epilog_args = tuple(self._place.move(v) if hasattr(v, "shape") else v for v in args)
+        self._epilog_args = tuple(self._place.move(v, _log) if hasattr(v, "shape") else v for v in args)
         if self._runner is not None and hasattr(self._runner, "free"):
             self._runner.free()
         if self._place.space.is_cuda:
@@ -1133,12 +1037,10 @@ class FFT(StatefulOperation):
 
     def _execute(self, stream: Any = None) -> Any:  # type: ignore[override]
         if self._place.space.is_cuda:
-            import cupy
-
             from ust.backends.cuda import cufft
 
             ctx: Any = (
-                cupy.cuda.ExternalStream(self._place.stream(stream))
+                import_cupy().cuda.ExternalStream(self._place.stream(stream))
                 if stream is not None
                 else contextlib.nullcontext()
             )
@@ -1164,8 +1066,8 @@ class FFT(StatefulOperation):
             raise UnsupportedError(
                 f"new x is a {operand_package(x)} array but the plan is for {self._place.package}"
             )
-        self._place.check("x", x, False)
-        moved = self._place.move(x)
+        self._place.check("x", x)
+        moved = self._place.move(x, _log)
         direct = self._place.space.is_cuda and self._runner is not None and self._runner.direct is not None
         if direct and not moved.flags.c_contiguous:
             raise ShapeError(
@@ -1175,7 +1077,7 @@ class FFT(StatefulOperation):
 
     def reset_operands_unchecked(self, x: Any) -> None:
         """The fast path of :meth:`reset_operands` (same shape, dtype, layout and device; not checked)."""
-        self._x = self._place.move(x) if self._place.moves else x
+        self._x = self._place.move(x, _log) if self._place.moves else x
 
     def _free(self) -> None:
         if self._runner is not None and hasattr(self._runner, "free"):
@@ -1202,21 +1104,14 @@ class FFT(StatefulOperation):
             payload["workers"] = self._runner.workers
         return payload
 
-    def _plan_device(self) -> str:
+    def _plan_space(self) -> ExecutionSpace:
+        return self._place.space
+
+    def _plan_libraries(self) -> dict[str, Any]:
+        """cuFFT beside the stateful base's NumPy / SciPy / CuPy / CUDA runtime versions."""
         if self._place.space.is_cuda:
-            from ust.backends.cuda.cublaslt import device_description
-
-            return device_description(self._place.device_id)
-        return "cpu"
-
-    def _plan_versions(self) -> dict[str, str]:
-        if self._place.space.is_cuda:
-            from cupy.cuda import cufft
-
-            return {"cufft": str(cufft.getVersion())}
-        import scipy
-
-        return {"scipy": scipy.__version__}
+            return {"cufft": import_cupy("cupy.cuda.cufft").getVersion}
+        return {}
 
     def load_plan(self, path: str | os.PathLike[str], epilog: Any = None, epilog_args: Any = ()) -> bool:
         """Check a saved FFT plan against these operands and plan (epilogues are code: pass them again).
@@ -1242,3 +1137,46 @@ class FFT(StatefulOperation):
                 f"{where} was made for {_cut(repr(plan['key']), 200)}, not for this input ({self._key()})"
             )
         return plan
+
+
+# ----------------------------------------------------------------------------- the planner's rules
+# The "dense_matmul" and "fft" rules (ust.plan.rules) name these routes; the runners are built by
+# Matmul._make_runner / FFT.plan, which the routes' build delegates to.
+
+
+def dense_problem(op: str, space: ExecutionSpace, dtype: Any, *, empty: bool = False) -> Any:
+    """The planner's view of a dense op (``"dense_matmul"`` / ``"fft"``): the device and dtype
+    (``empty``: m, n or k is 0)."""
+    from ust.plan.rules import Problem
+
+    return Problem(
+        op=op,
+        device=space.kind,
+        format_class="DENSE",
+        format_params=(),
+        canonical=True,
+        dtype=str(dtype),
+        index_dtype="int64",
+        plain=True,
+        max_extent=0 if empty else 1,
+    )
+
+
+def _matmul_route(m: Matmul, algorithm: Any = None) -> Any:
+    return m._make_runner(algorithm)
+
+
+def _fft_route(f: FFT, epilog: Any = None, epilog_args: Any = ()) -> Any:
+    return f.plan(epilog, epilog_args)
+
+
+def _register_routes() -> None:
+    from ust.plan.routes import Route, register
+
+    for name in ("cublasLt", "empty", "numpy"):
+        register(Route("dense_matmul", name, _matmul_route))
+    for name in ("cufft", "scipy.fft"):
+        register(Route("fft", name, _fft_route))
+
+
+_register_routes()

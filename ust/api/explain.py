@@ -1,27 +1,43 @@
 """``ust.explain``: how ust would run any op -- route, reason, conversions, transfers -- without running it.
 
-One entry for every op: ``matmul`` (:class:`~ust.api.matmul.Matmul`'s plan, or SpGEMM for a
-sparse B), ``convert`` (:func:`ust.convert.routes.explain_route`), ``solve``
-(:func:`ust.api.linalg.explain_solve`) and the algebra ops (:func:`ust.api.algebra.explain`).
+One entry for every op, and one source for what it says: the planner's rule table.  The route
+and its reason come from the rule that won, the other candidates from the rules that also
+matched (:mod:`ust.plan.rules`).  ``matmul`` (:class:`~ust.api.matmul.Matmul`'s plan, SpGEMM
+for a sparse B, the dense route for an all-dense A), ``convert`` (the steps of
+:func:`ust.convert.routes.plan_route`), ``solve`` (the engine :class:`~ust.api.linalg.DirectSolver`
+would hold), ``dense_matmul`` / ``fft`` and the algebra ops (:func:`ust.api.algebra.explain`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ust.api.algebra import explain as explain_algebra
-from ust.api.linalg import explain_solve
-from ust.api.matmul import Matmul, _is_dense_tensor, _is_sparse_operand
+import numpy as np
 
-__all__ = ["explain", "explain_matmul"]
+from ust.api.algebra import explain as explain_algebra
+from ust.api.matmul import Matmul, _is_dense_tensor, _is_sparse_operand
+from ust.plan.planner import Decision, decide
+
+__all__ = ["decision_lines", "explain", "explain_convert", "explain_dense", "explain_matmul", "explain_solve"]
+
+
+def decision_lines(d: Decision) -> list[str]:
+    """``route:``, ``reason:`` and ``other candidates:`` lines of a decision (from its rules)."""
+    lines = [f"route: {d.route}", f"reason: {d.reason}"]
+    if d.rule.convert_to:
+        lines.append(f"conversion: operands -> {d.rule.convert_to} first")
+    if d.alternatives:
+        lines.append("other candidates: " + ", ".join(dict.fromkeys(r.route for r in d.alternatives)))
+    return lines
 
 
 def explain(op: str, *operands: Any, **kwargs: Any) -> str:
     """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
 
-    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"``, or one
-    of the algebra ops (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``,
-    ``"sum"``, ``"max"``, ``"min"``, ``"spgemm"``, ...).
+    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"``,
+    ``"dense_matmul"`` (operands: a, b), ``"fft"`` (operand: x), or one of the algebra ops
+    (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``, ``"sum"``,
+    ``"max"``, ``"min"``, ``"spgemm"``, ...).
     """
     if op == "matmul":
         a, b, *rest = operands
@@ -30,18 +46,81 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
                 "spgemm", a, b, **{k: v for k, v in kwargs.items() if k in ("format", "execution")}
             )
         if _is_dense_tensor(a):
-            return "operation: dense matmul\nroute: ust.dense (cuBLASLt on the GPU, BLAS/NumPy on the CPU)\nreason: A is stored all-dense"
+            return explain_dense("dense_matmul", a.todense(), b, execution=kwargs.get("execution"))
         return Matmul(a, b, *rest, **kwargs).explain()
     if op == "convert":
-        from ust.convert import asarray
-        from ust.convert.routes import explain_route
-
         t, fmt = operands
-        return explain_route(asarray(t), fmt)
+        return explain_convert(t, fmt, **kwargs)
     if op == "solve":
         return explain_solve(*operands, **kwargs)
+    if op in ("dense_matmul", "fft"):
+        return explain_dense(op, *operands, **kwargs)
     return explain_algebra(op, *operands, **kwargs)
 
 
 def explain_matmul(a: Any, b: Any, c: Any = None, **kwargs: Any) -> str:
     return Matmul(a, b, c, **kwargs).explain()
+
+
+def explain_convert(t: Any, fmt: Any, *, route: str | None = None) -> str:
+    """The steps of ``t.convert(fmt)`` and the rule behind them."""
+    from ust.convert import asarray
+    from ust.convert.routes import explain_route
+    from ust.formats.library import resolve
+    from ust.plan.convert import plan_convert
+
+    t = asarray(t)
+    fmt = resolve(fmt)
+    summary = explain_route(t, fmt, route=route)
+    if fmt == t.format:
+        return summary
+    steps, d = plan_convert(t, fmt, route)
+    lines = [
+        f"operation: convert ({t.format.standard_name or 'custom'} -> {fmt.standard_name or 'custom'})",
+        summary,
+        *decision_lines(d),
+        "steps: " + " then ".join(s.description for s in steps),
+    ]
+    return "\n".join(lines)
+
+
+def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> str:
+    """How :func:`ust.solve` would run (route, reason, conversions, transfers), without doing it."""
+    from ust.api.linalg import DirectSolverOptions, _default_space, _np_dtype, _solve_dtype, solve_problem
+
+    ops, space, why = _default_space(a, b, execution)
+    opts = DirectSolverOptions(**options) if options else DirectSolverOptions()
+    try:
+        dtype = _solve_dtype(_np_dtype(a), _np_dtype(b))
+    except Exception:  # explain names the route even where the dtypes would be refused
+        dtype = np.dtype(np.float64)
+    d = decide(solve_problem(space, dtype))
+    fmt = getattr(getattr(a, "format", None), "standard_name", None) or type(a).__name__
+    lines = [
+        f"operation: solve (A x = b, matrix_type={opts.matrix_type!r}, matrix_view={opts.matrix_view!r})",
+        f"operands in {ops.describe()} memory; execution space: {space.describe()} ({why})",
+        *decision_lines(d),
+        f"conversion: A ({fmt}) -> CSR"
+        + (" (already CSR)" if fmt in ("CSR", "csr_array", "csr_matrix") else ""),
+        f"check: backward error, and the relative residual after small pivots, after every solve "
+        f"({'on' if opts.check else 'off'})",
+    ]
+    if ops != space:
+        lines.append(f"transfers: A and b to {space.describe()}, x back to {ops.describe()} memory")
+    return "\n".join(lines)
+
+
+def explain_dense(op: str, *operands: Any, execution: Any = None, **_: Any) -> str:
+    """The dense route (cuBLASLt / BLAS for ``dense_matmul``, cuFFT / scipy.fft for ``fft``)."""
+    from ust.api.dense import dense_problem
+    from ust.runtime.spaces import resolve_space
+
+    names = ("a", "b") if op == "dense_matmul" else ("x",)
+    arrays = dict(zip(names, operands))
+    space = resolve_space(arrays, execution)
+    dtype = np.result_type(*(np.dtype(str(x.dtype).replace("torch.", "")) for x in arrays.values()))
+    empty = op == "dense_matmul" and any(0 in tuple(x.shape) for x in arrays.values())
+    d = decide(dense_problem(op, space, dtype, empty=empty))
+    what = "A @ B with every operand dense" if op == "dense_matmul" else "FFT of a dense array"
+    lines = [f"operation: {op} ({what})", f"execution space: {space.describe()}", *decision_lines(d)]
+    return "\n".join(lines)

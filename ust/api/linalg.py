@@ -34,8 +34,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ust.plan.planner import decide
+from ust.plan.routes import route as register_route
+from ust.plan.routes import route_of
+from ust.plan.rules import Problem
 from ust.runtime.errors import (
-    DeviceError,
     InvalidStateError,
     InvalidValueError,
     ShapeError,
@@ -44,10 +47,9 @@ from ust.runtime.errors import (
     UnsupportedError,
 )
 from ust.runtime.log import get_logger
+from ust.runtime.placement import Placement
 from ust.runtime.spaces import (
-    CPU,
     ExecutionSpace,
-    log_placement,
     operand_package,
     operand_space,
     parse_execution,
@@ -55,6 +57,7 @@ from ust.runtime.spaces import (
     to_package,
 )
 from ust.runtime.stateful import PlanFileError, StatefulOperation, decode_array, encode_array
+from ust.runtime.xp import import_cupy, require_device
 
 __all__ = [
     "DirectSolver",
@@ -280,60 +283,36 @@ def _sparse_shape(a: Any) -> tuple[int, ...]:
 
 
 def _to_scipy_csr(a: Any) -> Any:
-    """``a`` as a SciPy CSR matrix in host memory (shares arrays when it already is one)."""
+    """``a`` as a SciPy CSR matrix in host memory (shares arrays when it already is one).
+
+    SciPy's own conversion for SciPy input; everything else (cupyx, torch, ust Tensors) goes
+    through :func:`ust.convert.asarray`, which shares the buffers that map 1:1."""
     import scipy.sparse as sp
 
-    pkg = operand_package(a)
-    if pkg == "scipy":
-        return sp.csr_matrix(a)
-    if pkg == "cupyx":
-        return a.tocsr().get()
-    if pkg == "torch":
-        import torch
+    from ust.convert import asarray
+    from ust.tensor import Tensor
 
-        t = a.detach()
-        if t.layout != torch.sparse_csr:
-            t = t.coalesce().to_sparse_csr()
-        arrays = [x.cpu().numpy() for x in (t.values(), t.col_indices(), t.crow_indices())]
-        return sp.csr_matrix(tuple(arrays), shape=tuple(t.shape))
-    if hasattr(a, "to_scipy"):
+    if operand_package(a) == "scipy":
+        return sp.csr_matrix(a)
+    if not isinstance(a, Tensor) and hasattr(a, "to_scipy"):  # a Tensor-like of another ust object
         return sp.csr_matrix(a.to_scipy())
-    raise UnsupportedError(f"cannot read a sparse matrix from {type(a).__name__}")
+    return sp.csr_matrix(asarray(a, "CSR", device="cpu").to_scipy())
 
 
 def _to_cupyx_csr(a: Any, device_id: int, dtype: np.dtype) -> Any:
     """``a`` as a cupyx CSR matrix of ``dtype`` on ``device_id`` (shares arrays when it already is one).
 
     Values are cast before cupyx sees them (it holds only float / complex / bool values), on the
-    host when the matrix comes from the host.
+    host when the matrix comes from the host (:func:`ust.convert.asarray` casts before it moves).
     """
-    import cupy
-    import cupyx.scipy.sparse as csp
+    from ust.convert import asarray
+    from ust.tensor import Tensor
 
     pkg = operand_package(a)
-    with cupy.cuda.Device(device_id):
-        if pkg == "cupyx" and operand_space(a).device_id == device_id:
-            m = a.tocsr()
-            return m if m.dtype == dtype else m.astype(dtype)
-        if pkg == "torch" and a.device.type == "cuda" and a.device.index == device_id:
-            import torch
-
-            t = a.detach()
-            if t.layout != torch.sparse_csr:
-                t = t.coalesce().to_sparse_csr()
-            data, indices, indptr = (
-                cupy.from_dlpack(x) for x in (t.values(), t.col_indices(), t.crow_indices())
-            )
-            return csp.csr_matrix((data.astype(dtype, copy=False), indices, indptr), shape=tuple(t.shape))
-        if pkg == "ust" and hasattr(a, "to_cupyx") and operand_space(a).device_id == device_id:
-            m = a.to_cupyx().tocsr()
-            return m if m.dtype == dtype else m.astype(dtype)
-        host = _to_scipy_csr(a)
-        if not host.has_canonical_format:
-            host = host.copy()
-            host.sum_duplicates()
-        arrays = (host.data.astype(dtype, copy=False), host.indices, host.indptr)
-        return csp.csr_matrix(tuple(cupy.asarray(x) for x in arrays), shape=host.shape)
+    on_host = pkg == "scipy" or (pkg == "ust" and not isinstance(a, Tensor))  # a Tensor-like: to_scipy
+    src = _to_scipy_csr(a) if on_host else a  # SciPy's conversion, on the host
+    with import_cupy().cuda.Device(device_id):
+        return asarray(src, "CSR", dtype=dtype, device=f"cuda:{device_id}").to_cupyx()
 
 
 @dataclass
@@ -358,8 +337,7 @@ def _canonical(m: Any, dtype: np.dtype, space: ExecutionSpace) -> _Csr:
         m.sum_duplicates()
     data = m.data if m.data.dtype == dtype else m.data.astype(dtype)
     if space.is_cuda:
-        import cupy as xp
-
+        xp = import_cupy()
         # cuDSS: int32 column indices; row offsets int32 unless nnz needs int64.
         off = np.int32 if m.indices.size < 2**31 - 1 else np.int64
         return _Csr(
@@ -378,9 +356,7 @@ def _sparse_module(xp: Any) -> Any:
         import scipy.sparse as sp
 
         return sp
-    import cupyx.scipy.sparse as csp
-
-    return csp
+    return import_cupy("cupyx.scipy.sparse")
 
 
 def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
@@ -567,63 +543,33 @@ def _dense_rhs(b: Any, n: int) -> tuple[str, ExecutionSpace, tuple[int, ...], np
     return pkg, operand_space(b), shape, _np_dtype(b)
 
 
-def _rhs_in_space(b: Any, space: ExecutionSpace, dtype: np.dtype) -> tuple[Any, int, float]:
-    """A 2-D column-major copy of ``b`` in ``space`` with ``dtype`` (the caller's array is never used)."""
-    pkg = "cupy" if space.is_cuda else "numpy"
-    src = np.asarray(b) if operand_package(b) == "numpy" else b
-    moved = to_package(src, pkg, space)
-    arr = moved.array
+def _rhs_in_space(b: Any, place: Placement, dtype: np.dtype) -> Any:
+    """A 2-D column-major copy of ``b`` in the execution space with ``dtype`` (the caller's array
+    is never used)."""
+    arr = place.move(np.asarray(b) if operand_package(b) == "numpy" else b, _log, "b")
     shape2 = (arr.shape[0], arr.shape[1] if arr.ndim == 2 else 1)  # not reshape(n, -1): n may be 0
-    xp = __import__(pkg)
-    if space.is_cuda:
-        with xp.cuda.Device(space.device_id):
-            out = xp.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
-    else:
-        out = np.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
-    return out, moved.nbytes, moved.seconds
+    if place.space.is_cuda:
+        cupy = import_cupy()
+        with cupy.cuda.Device(place.device_id):
+            return cupy.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
+    return np.array(arr.reshape(shape2), dtype=dtype, order="F", copy=True)
+
+
+def _placement(a: Any, b: Any, execution: Any) -> tuple[Placement, str]:
+    """The one placement (:mod:`ust.runtime.placement`; x comes back in b's package and memory)
+    and why it runs there -- see the module docstring."""
+    place = Placement({"a": a, "b": b}, execution, home="b")
+    if execution is not None:
+        return place, f"execution={execution!r}"
+    if place.space.is_cuda:
+        return place, "the operands are in GPU memory"
+    return place, "the operands are in CPU memory (pass execution='cuda' to solve with cuDSS)"
 
 
 def _default_space(a: Any, b: Any, execution: Any) -> tuple[ExecutionSpace, ExecutionSpace, str]:
     """(operands' space, execution space, why) -- see the module docstring."""
-    ops = resolve_space({"a": a, "b": b}, None) if execution is None else operand_space(b)
-    if execution is not None:
-        space = resolve_space({"a": a, "b": b}, execution)
-        return ops, space, f"execution={execution!r}"
-    if ops.is_cuda:
-        return ops, ops, "the operands are in GPU memory"
-    return ops, CPU, "the operands are in CPU memory (pass execution='cuda' to solve with cuDSS)"
-
-
-def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> str:
-    """How :func:`solve` would run (route, reason, conversions, transfers), without doing it."""
-    ops, space, why = _default_space(a, b, execution)
-    opts = DirectSolverOptions(**options) if options else DirectSolverOptions()
-    fmt = getattr(getattr(a, "format", None), "standard_name", None) or type(a).__name__
-    route = "cuDSS" if space.is_cuda else "SciPy SuperLU (ordering chosen for the pattern at plan time)"
-    lines = [
-        f"operation: solve (A x = b, matrix_type={opts.matrix_type!r}, matrix_view={opts.matrix_view!r})",
-        f"operands in {ops.describe()} memory; execution space: {space.describe()}",
-        f"route: {route}",
-        f"reason: {why}",
-        f"conversion: A ({fmt}) -> CSR"
-        + (" (already CSR)" if fmt in ("CSR", "csr_array", "csr_matrix") else ""),
-        f"check: backward error, and the relative residual after small pivots, after every solve "
-        f"({'on' if opts.check else 'off'})",
-    ]
-    if ops != space:
-        lines.append(f"transfers: A and b to {space.describe()}, x back to {ops.describe()} memory")
-    return "\n".join(lines)
-
-
-def _optional(engine: Any, name: str) -> np.ndarray | None:
-    """A cuDSS data value that some matrix types do not define (None, logged, when refused)."""
-    from ust.backends.cuda.cudss import CudssError
-
-    try:
-        return engine.get(name)
-    except CudssError as exc:
-        _log.debug("cuDSS did not report %s: %s", name, exc)
-        return None
+    place, why = _placement(a, b, execution)
+    return place.home, place.space, why
 
 
 def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
@@ -651,15 +597,111 @@ def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
     return config
 
 
+def solve_problem(space: ExecutionSpace, dtype: Any) -> Problem:
+    """The planner's view of a direct solve: the device and the value dtype (any format: A is CSR)."""
+    return Problem(
+        op="solve",
+        device=space.kind,
+        format_class="CSR",
+        format_params=(),
+        canonical=True,
+        dtype=str(np.dtype(dtype)),
+        index_dtype="int32",
+        plain=True,
+    )
+
+
+def _require_cudss(solver: DirectSolver) -> bool:
+    """The cuDSS route is available: CuPy, a usable GPU (each listed device) and libcudss, or the
+    error that names the fix."""
+    from ust.backends.cuda.cudss import get_library
+
+    cupy = require_device(solver.space.device_id)
+    if solver.options.devices is not None:
+        from ust.api.linalg_distributed import parse_devices
+
+        parse_devices(solver.options.devices, cupy.cuda.runtime.getDeviceCount())
+    get_library()
+    return True
+
+
+def _diagnosis(solver: DirectSolver) -> Any:
+    return lambda: _structural_diagnosis(solver._full_matrix())
+
+
+@register_route("solve", "cudss", available=_require_cudss)
+def _cudss_engine(solver: DirectSolver, pivot_epsilon: float | None = None) -> Any:
+    """cuDSS behind the engine protocol (MG mode over two or more GPUs)."""
+    from ust.backends.cuda.cudss import get_library
+    from ust.backends.cuda.cudss_engine import CudssEngine
+
+    o, space = solver.options, solver.space
+    config = _cudss_config(o, space.device_id or 0)
+    if pivot_epsilon is not None:
+        config["pivot_epsilon"] = float(pivot_epsilon)
+    c = solver._csr
+    mg = solver._mg_devices()
+    engine = CudssEngine(
+        c.indptr,
+        c.indices,
+        c.data,
+        c.n,
+        solver._b,
+        matrix_type=o.matrix_type,
+        matrix_view=o.matrix_view,
+        reordering=o.reordering,
+        config=config,
+        device_id=space.device_id or 0,
+        stream=solver._stream,
+        devices=mg,
+        diagnose=_diagnosis(solver),
+    )
+    if mg:
+        _log.info("route: cuDSS MG mode over GPUs %s, matrix and right-hand sides on GPU %d", list(mg), mg[0])
+    _log.info(
+        "route: cuDSS %s (matrix_type %s, view %s, reordering %s, %s host threads)",
+        get_library().version_text,
+        o.matrix_type,
+        o.matrix_view,
+        o.reordering,
+        config.get("host_nthreads", "1 (no threading layer)"),
+    )
+    return engine
+
+
+@register_route("solve", "superlu")
+def _superlu_engine(solver: DirectSolver, pivot_epsilon: float | None = None) -> Any:
+    """SciPy's SuperLU behind the engine protocol, with an ordering chosen for the matrix."""
+    from ust.backends.cpu.superlu_engine import SuperLUEngine
+
+    o = solver.options
+    for name in ("pivot_epsilon", "hybrid_device_memory_limit"):
+        if getattr(o, name) is not None:
+            _log.info("option %s applies to cuDSS only; SuperLU ignores it", name)
+    engine = SuperLUEngine(
+        solver._full_matrix(),
+        matrix_type=o.matrix_type,
+        reordering=o.reordering,
+        pivoting=o.pivoting,
+        pivot_threshold=o.pivot_threshold,
+        diagnose=_diagnosis(solver),
+    )
+    _log.info(
+        "route: SuperLU (SciPy %s), ordering %s because %s",
+        engine.version,
+        engine.ordering_spec,
+        engine.ordering_reason,
+    )
+    return engine
+
+
 def _device(space: ExecutionSpace) -> Any:
     """``with`` the CUDA device of ``space`` current (nothing for the CPU)."""
     if not space.is_cuda:
         import contextlib
 
         return contextlib.nullcontext()
-    import cupy
-
-    return cupy.cuda.Device(space.device_id or 0)
+    return import_cupy().cuda.Device(space.device_id or 0)
 
 
 class _EmptySystem:
@@ -667,8 +709,17 @@ class _EmptySystem:
 
     perm = np.zeros(0, dtype=np.int64)
 
-    def set_values(self, data: Any) -> None:
+    refines_in_solve = True
+    perturbs_pivots = False
+
+    def set_values(self, data: Any, full_matrix: Any = None) -> None:
         """A 0 x 0 matrix has no values to replace."""
+
+    def bind_rhs(self, rhs: Any) -> None:
+        """Nothing solves."""
+
+    def sync(self) -> None:
+        """Nothing runs."""
 
     def free(self) -> None:
         """Nothing to release."""
@@ -802,28 +853,17 @@ class DirectSolver(StatefulOperation):
         if len(shape) != 2 or shape[0] != shape[1]:
             raise ShapeError(f"the matrix must be square (n x n); got shape {shape}")
         self.n = shape[0]
-        b_pkg, b_space, b_shape, b_dtype = _dense_rhs(b, self.n)
+        _, _, b_shape, b_dtype = _dense_rhs(b, self.n)
         self.dtype = _solve_dtype(_np_dtype(a), b_dtype)
-        self._b_pkg, self._b_space, self._b_shape = b_pkg, b_space, b_shape
-        ops_space, self.space, why = _default_space(a, b, execution)
-        log_placement(_log, ops_space, self.space)
+        self._b_shape = b_shape
+        self._place, why = _placement(a, b, execution)
+        self.space = self._place.space
+        self._place.log(_log)
         _log.info("direct solve on %s because %s", self.space.describe(), why)
-        if self.space.is_cuda:  # a missing CuPy / GPU / cuDSS is reported now, with its fix
-            from ust.backends.cuda.arrays import gpu_available, import_cupy
-            from ust.backends.cuda.cudss import get_library
-
-            import_cupy()
-            if not gpu_available():
-                raise DeviceError(
-                    f"execution={execution!r} asks for a GPU, but CuPy sees no usable CUDA device"
-                )
-            if self.options.devices is not None:
-                import cupy
-
-                from ust.api.linalg_distributed import parse_devices
-
-                parse_devices(self.options.devices, cupy.cuda.runtime.getDeviceCount())
-            get_library()
+        #: the planner's choice (the "solve" rules): the engine's route and why
+        self.decision = decide(solve_problem(self.space, self.dtype))
+        _log.info("route for solve: %s (%s)", self.decision.route, self.decision.reason)
+        route_of(self.decision.rule).available(self)  # a missing CuPy / GPU / cuDSS is reported now
         # --- operands into the execution space
         self._csr = self._load_matrix(a) if self.n else self._empty_matrix()
         self._validate_values(self._csr, "the matrix")
@@ -831,10 +871,8 @@ class DirectSolver(StatefulOperation):
         self._norm_a: float | None = None
         if self.n:
             self._check_structure()
-        self._b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
+        self._b = _rhs_in_space(b, self._place, self.dtype)
         self._validate_values(self._b, "b")
-        if nbytes:
-            _log.info("moved b (%d bytes) in %.3f ms", nbytes, 1e3 * secs)
         self._stream = self._stream_pointer(stream)
         self._engine: Any = self._make_engine()
         self._user_perm: np.ndarray | None = None
@@ -853,7 +891,8 @@ class DirectSolver(StatefulOperation):
 
     @property
     def backend(self) -> str:
-        return "cudss" if self.space.is_cuda else "superlu"
+        """The engine's backend: the route the planner chose (``"superlu"``, ``"cudss"``)."""
+        return self.decision.route
 
     def _load_matrix(self, a: Any) -> _Csr:
         t0 = time.perf_counter()
@@ -876,13 +915,13 @@ class DirectSolver(StatefulOperation):
 
     def _empty_matrix(self) -> _Csr:
         """The 0 x 0 matrix in the execution space (no sparse library is asked to build one)."""
-        xp: Any = __import__("cupy") if self.space.is_cuda else np
+        xp: Any = import_cupy() if self.space.is_cuda else np
         with _device(self.space):
             return _Csr(xp.zeros(1, np.int32), xp.zeros(0, np.int32), xp.zeros(0, self.dtype), 0, xp)
 
     def _validate_values(self, c: Any, what: str) -> None:
         data = c.data if isinstance(c, _Csr) else c
-        xp = np if isinstance(data, np.ndarray) else __import__("cupy")
+        xp = np if isinstance(data, np.ndarray) else import_cupy()
         if data.size and not bool(xp.isfinite(data).all()):
             bad = int(xp.count_nonzero(~xp.isfinite(data)))
             raise InvalidValueError(
@@ -899,98 +938,22 @@ class DirectSolver(StatefulOperation):
         _check_nonsingular_structure(self._full_matrix(), self._csr.xp)
 
     def _stream_pointer(self, stream: Any) -> int:
-        if not self.space.is_cuda:
-            return 0
-        from ust.runtime.streams import current_stream, stream_pointer
-
-        return stream_pointer(stream if stream is not None else current_stream("cupy", self.space.device_id))
+        return self._place.stream(stream)
 
     def _make_engine(self, pivot_epsilon: float | None = None) -> Any:
-        """The engine of the route (``pivot_epsilon``: a cuDSS engine with that pivot epsilon)."""
-        o = self.options
+        """The engine of the planned route (``pivot_epsilon``: a cuDSS engine with that pivot epsilon)."""
         if self.n == 0:  # nothing for a library to do: no cuDSS / SuperLU call at all
             _log.info("route: none (a 0 x 0 system: x is empty)")
             return _EmptySystem()
-        if self.space.is_cuda:
-            from ust.backends.cuda.cudss import CudssFactorization, get_library
-
-            config = _cudss_config(o, self.space.device_id or 0)
-            if pivot_epsilon is not None:
-                config["pivot_epsilon"] = float(pivot_epsilon)
-            c = self._csr
-            mg = self._mg_devices()
-            engine_cls: Any = CudssFactorization
-            extra: dict[str, Any] = {}
-            if mg:
-                from ust.backends.cuda.cudss_mg import CudssMgFactorization
-
-                engine_cls, extra = CudssMgFactorization, {"devices": mg}
-            engine: Any = engine_cls(
-                c.indptr,
-                c.indices,
-                c.data,
-                c.n,
-                matrix_type=o.matrix_type,
-                matrix_view=o.matrix_view,
-                config=config,
-                device_id=self.space.device_id or 0,
-                stream=self._stream,
-                **extra,
-            )
-            if mg:
-                _log.info(
-                    "route: cuDSS MG mode over GPUs %s, matrix and right-hand sides on GPU %d",
-                    list(mg),
-                    mg[0],
-                )
-            self._x = self._new_x()
-            engine.set_rhs(self._b, self._x)
-            _log.info(
-                "route: cuDSS %s (matrix_type %s, view %s, reordering %s, %s host threads)",
-                get_library().version_text,
-                o.matrix_type,
-                o.matrix_view,
-                o.reordering,
-                config.get("host_nthreads", "1 (no threading layer)"),
-            )
-            return engine
-        from ust.backends.cpu.superlu import SuperLUFactorization
-
-        for name in ("pivot_epsilon", "hybrid_device_memory_limit"):
-            if getattr(o, name) is not None:
-                _log.info("option %s applies to cuDSS only; SuperLU ignores it", name)
-        cpu_engine = SuperLUFactorization(
-            self._full_matrix(),
-            matrix_type=o.matrix_type,
-            reordering=o.reordering,
-            pivoting=o.pivoting,
-            pivot_threshold=o.pivot_threshold,
-        )
-        _log.info(
-            "route: SuperLU (SciPy %s), ordering %s because %s",
-            cpu_engine.version,
-            cpu_engine.settings.spec,
-            cpu_engine.reason,
-        )
-        return cpu_engine
+        return route_of(self.decision.rule).build(self, pivot_epsilon)
 
     def _mg_devices(self) -> tuple[int, ...] | None:
         """The device list when cuDSS's MG mode runs (two or more GPUs), else None."""
         devs = self.options.devices
         return devs if self.space.is_cuda and devs is not None and len(devs) > 1 else None
 
-    def _new_x(self) -> Any:
-        import cupy
-
-        with cupy.cuda.Device(self.space.device_id):
-            return cupy.empty(self._b.shape, dtype=self.dtype, order="F")
-
     def _sync(self) -> None:
-        if self.space.is_cuda:
-            import cupy
-
-            with cupy.cuda.Device(self.space.device_id):
-                cupy.cuda.runtime.streamSynchronize(self._stream)
+        self._engine.sync()
 
     def _timed(self, phase: str, fn: Any) -> tuple[Any, float]:
         t0 = time.perf_counter()
@@ -1012,31 +975,16 @@ class DirectSolver(StatefulOperation):
                 self.backend, "none (empty system)", 0.0, 0, 0, from_saved, empty, empty
             )
             return self.plan_info
-        if self.space.is_cuda:
-            if from_saved:
-                e.set_user_permutation(self._user_perm)
-                if self._user_tree is not None and hasattr(e, "set_user_partition_tree"):
-                    e.set_user_partition_tree(self._user_tree)
-            _, secs = self._timed("analysis", lambda: e.execute("analysis"))
-            info = e.info()
-            if info != 0:
-                raise SingularMatrixError(
-                    f"cuDSS analysis reports info = {info}: the matrix is structurally singular"
-                    f"{_structural_diagnosis(self._full_matrix())}"
-                )
-            row, col = _optional(e, "perm_reorder_row"), _optional(e, "perm_reorder_col")
-            tree_of = getattr(e, "nd_partition_tree", None)
-            self._nd_tree = tree_of() if tree_of is not None else None
-            est = _optional(e, "memory_estimates")
-            estimates = None if est is None else dict(zip(MEMORY_ESTIMATE_FIELDS, (int(v) for v in est)))
-            if self._mg_devices():
-                self._log_spread(estimates)
-            ordering = ("saved plan" if from_saved else self.options.reordering) + " (cuDSS)"
-        else:
-            facts, secs = self._timed("analysis", lambda: self._superlu(lambda: e.analyze(self._user_perm)))
-            row = col = e.perm
-            estimates = None
-            ordering = facts["ordering"]
+        analysis, secs = self._timed("analysis", lambda: e.analyse(self._user_perm, self._user_tree))
+        row, col, estimates, ordering = (
+            analysis.row_permutation,
+            analysis.col_permutation,
+            analysis.estimates,
+            analysis.ordering,
+        )
+        self._nd_tree = analysis.nd_tree
+        if self._mg_devices():
+            self._log_spread(estimates)
         self.plan_info = PlanInfo(
             self.backend, ordering, secs, self.n, self._csr.nnz, from_saved, row, col, estimates
         )
@@ -1044,9 +992,9 @@ class DirectSolver(StatefulOperation):
 
     def _log_spread(self, estimates: dict[str, int] | None) -> None:
         """MG mode: say how the estimated device memory lands on the GPUs (WARNING when short)."""
-        import cupy
-
         from ust.api.linalg_distributed import spread_report
+
+        cupy = import_cupy()
 
         devs = self._mg_devices() or ()
         free = {}
@@ -1056,43 +1004,14 @@ class DirectSolver(StatefulOperation):
         report = spread_report(devs, estimates, free, self.options.hybrid_memory)
         (_log.info if report.fits else _log.warning)("%s", report.message)
 
-    def _superlu(self, fn: Any) -> Any:
-        """Run a SuperLU phase, naming the structure when it finds the matrix singular."""
-        try:
-            return fn()
-        except SingularMatrixError as exc:
-            raise SingularMatrixError(f"{exc}{_structural_diagnosis(self._full_matrix())}") from None
-
     def _factor(self, phase: str) -> FactorizationInfo:
         self._restore_engine()
         e = self._engine
         if self.n == 0:
             facts: dict[str, Any] = {"lu_nnz": 0, "npivots": 0, "inertia": (0, 0), "small_pivots": 0}
             secs, info = 0.0, 0
-        elif self.space.is_cuda:
-            _, secs = self._timed(phase, lambda: e.execute(phase))
-            info = e.info()
-            if info != 0:
-                raise SingularMatrixError(
-                    f"cuDSS {phase} reports info = {info}: a zero pivot (or, for spd/hpd, a non-positive one) "
-                    f"at position {info} of the reordered matrix{_structural_diagnosis(self._full_matrix())}"
-                )
-            lu_nnz = _optional(e, "lu_nnz")
-            inertia = (
-                _optional(e, "inertia") if self.options.matrix_type in ("symmetric", "hermitian") else None
-            )
-            npivots = None if (p := _optional(e, "npivots")) is None else int(p[0])
-            facts = {
-                "lu_nnz": None if lu_nnz is None else int(lu_nnz[0]),
-                "npivots": npivots,
-                "inertia": None if inertia is None else (int(inertia[0]), int(inertia[1])),
-                "small_pivots": npivots,  # CUDSS_DATA_NPIVOTS counts the pivots cuDSS perturbed
-            }
-            if npivots:
-                _log.info("cuDSS %s perturbed %d small pivot(s) to its pivot epsilon", phase, npivots)
         else:
-            run = e.factorize if phase == "factorization" else e.refactorize
-            facts, secs = self._timed(phase, lambda: self._superlu(run))
+            facts, secs = self._timed(phase, lambda: e.factorize(phase))
             info = 0
         lu = facts["lu_nnz"]
         if self._saved_lu_nnz and lu and abs(lu - self._saved_lu_nnz) > 0.01 * self._saved_lu_nnz:
@@ -1140,8 +1059,6 @@ class DirectSolver(StatefulOperation):
         e = self._engine
         if self.n == 0:
             x = self._csr.xp.zeros(self._b.shape, dtype=self.dtype, order="F")
-        elif self.space.is_cuda:
-            x, _ = self._timed("solve", lambda: self._solve_gpu(self._b))
         else:
             x, _ = self._timed("solve", lambda: self._refined(e.solve(self._b)))
         x, rel = self._refine_small_pivots(x)
@@ -1157,7 +1074,8 @@ class DirectSolver(StatefulOperation):
         f = self.factorization_info
         tol = o.tolerance(self.dtype)
         return bool(
-            self.space.is_cuda
+            self.n
+            and self._engine.perturbs_pivots
             and self._perturbed_engine is None
             and not self._retry_refused
             and o.pivot_epsilon is None
@@ -1191,8 +1109,8 @@ class DirectSolver(StatefulOperation):
         retry: Any = None
         try:
             retry = self._make_engine(pivot_epsilon=tiny)
-            self._timed("analysis", lambda: retry.execute("analysis"))
-            self._timed("factorization", lambda: retry.execute("factorization"))
+            self._timed("analysis", lambda: retry.run_phase("analysis"))
+            self._timed("factorization", lambda: retry.run_phase("factorization"))
             info = retry.info()
         except CudssError as exc:  # this cuDSS refuses the setting: judge the perturbed factorisation
             _log.warning("cuDSS could not factorise without pivot perturbation (%s); checking as is", exc)
@@ -1211,7 +1129,7 @@ class DirectSolver(StatefulOperation):
                 f"position {info} of the reordered matrix{_structural_diagnosis(self._full_matrix())}"
             )
         self._perturbed_engine, self._engine = self._engine, retry
-        x, _ = self._timed("solve", lambda: self._solve_gpu(self._b))
+        x, _ = self._timed("solve", lambda: retry.solve(self._b))
         return x
 
     def _restore_engine(self) -> None:
@@ -1220,16 +1138,10 @@ class DirectSolver(StatefulOperation):
             retry, self._engine, self._perturbed_engine = self._engine, self._perturbed_engine, None
             retry.free()
 
-    def _solve_gpu(self, rhs: Any) -> Any:
-        """One cuDSS SOLVE of a 2-D column-major right-hand side (cuDSS refines inside it when asked)."""
-        e = self._engine
-        self._x = self._new_x()
-        e.set_rhs(rhs, self._x)
-        e.execute("solve")
-        return self._x
-
-    def _refined(self, x: np.ndarray) -> np.ndarray:
-        """CPU iterative refinement (cuDSS refines inside its SOLVE phase)."""
+    def _refined(self, x: Any) -> Any:
+        """Iterative refinement where the engine does not refine inside its solve (SuperLU; cuDSS does)."""
+        if self._engine.refines_in_solve:
+            return x
         full = self._full_matrix()
         for _ in range(self.options.refinement_steps):
             x = x + self._engine.solve(self._b - full @ x)
@@ -1251,14 +1163,7 @@ class DirectSolver(StatefulOperation):
         steps = 0
         try:
             while steps < SMALL_PIVOT_REFINEMENT_STEPS and best == best and best > tol:
-                r = self._b - full @ x
-                if self.space.is_cuda:
-                    r = xp.asfortranarray(r.astype(self.dtype, copy=False))
-                    xp.cuda.get_current_stream().synchronize()  # r is ready before cuDSS's stream reads it
-                    dx = self._solve_gpu(r)
-                    self._sync()
-                else:
-                    dx = self._engine.solve(np.asfortranarray(r))
+                dx = self._engine.correction(self._b - full @ x)
                 candidate = x + dx
                 now = relative_residual(full, candidate, self._b, xp)
                 steps += 1
@@ -1267,9 +1172,8 @@ class DirectSolver(StatefulOperation):
                 x, halved, best = candidate, now <= 0.5 * best, now
                 if not halved:
                     break
-        finally:
-            if self.space.is_cuda:  # the dense wrappers point at b again for the next solve()
-                self._engine.set_rhs(self._b, self._new_x())
+        finally:  # the engine points at b again for the next solve()
+            self._engine.bind_rhs(self._b)
         _log.info(
             "%d small pivot(s): %d refinement step(s), relative residual %.3e (tolerance %.1e)",
             f.small_pivots,
@@ -1317,12 +1221,7 @@ class DirectSolver(StatefulOperation):
 
     def _deliver(self, x: Any) -> Any:
         out = x.reshape(self._b_shape) if len(self._b_shape) == 1 else x
-        moved = to_package(out, self._b_pkg, self._b_space)
-        if moved.nbytes:
-            _log.info(
-                "moved x (%d bytes) back to %s in %.3f ms", moved.nbytes, self._b_space, 1e3 * moved.seconds
-            )
-        return moved.array
+        return self._place.back(out, _log, "x")
 
     def execute(self, **kwargs: Any) -> Any:
         """Run the phases not yet run (plan, factorize or refactorize) and solve."""
@@ -1370,23 +1269,19 @@ class DirectSolver(StatefulOperation):
             self._full, self._norm_a = None, None
             if self.n:
                 self._check_structure()
-            if self.space.is_cuda:
-                self._engine.set_values(new.data)
-            else:
-                self._engine.set_values(self._full_matrix())
+            self._engine.set_values(new.data, self._full_matrix)
             if "factorize" in self._done:
                 self._stale = True
                 self._done.discard("factorize")
         if b is not None:
-            b_pkg, b_space, b_shape, b_dtype = _dense_rhs(b, self.n)
+            _, _, b_shape, b_dtype = _dense_rhs(b, self.n)
             _refuse_bool(b_dtype, "b values")
             if np.result_type(b_dtype, self.dtype) != self.dtype and b_dtype.kind not in "iu":
                 raise UnsupportedError(f"the new b has dtype {b_dtype}; this solver runs in {self.dtype}")
-            new_b, nbytes, secs = _rhs_in_space(b, self.space, self.dtype)
+            place = Placement({"b": b}, self.space, home="b")  # x goes back where the new b lives
+            new_b = _rhs_in_space(b, place, self.dtype)
             self._validate_values(new_b, "b")
-            self._b, self._b_pkg, self._b_space, self._b_shape = new_b, b_pkg, b_space, b_shape
-            if nbytes:
-                _log.info("moved b (%d bytes) in %.3f ms", nbytes, 1e3 * secs)
+            self._b, self._place, self._b_shape = new_b, place, b_shape
 
     def reset_operands(self, **operands: Any) -> None:
         """``a=``: new values, same pattern (then call refactorize()); ``b=``: a new right-hand side (same n)."""
@@ -1401,22 +1296,13 @@ class DirectSolver(StatefulOperation):
 
     # ------------------------------------------------------------------ saved plans
 
-    def _plan_device(self) -> str:
-        if not self.space.is_cuda:
-            return "cpu"
-        import cupy
-
-        name = cupy.cuda.runtime.getDeviceProperties(self.space.device_id or 0)["name"]
-        return f"cuda {name.decode() if isinstance(name, bytes) else name}"
-
-    def _plan_versions(self) -> dict[str, str]:
+    def _plan_libraries(self) -> dict[str, Any]:
+        """cuDSS beside the stateful base's NumPy / SciPy / CuPy / CUDA runtime versions."""
         if self.space.is_cuda:
             from ust.backends.cuda.cudss import get_library
 
-            return {"cudss": get_library().version_text}
-        import scipy
-
-        return {"scipy": scipy.__version__}
+            return {"cudss": lambda: get_library().version_text}
+        return {}
 
     def _plan_payload(self) -> dict[str, Any]:
         assert self.plan_info is not None
@@ -1567,11 +1453,9 @@ class _CudssBatch:
     def __init__(
         self, mats: list[Any], rhss: list[Any], opts: DirectSolverOptions, space: ExecutionSpace, stream: Any
     ):
-        from ust.backends.cuda.arrays import import_cupy
-        from ust.runtime.streams import current_stream, stream_pointer
-
         self.cupy = import_cupy()
         self.opts, self.space = opts, space
+        self.place = Placement({}, space)
         self.mats, self.rhss, self.stream_arg = mats, rhss, stream
         shapes = []
         dtypes = []
@@ -1599,15 +1483,13 @@ class _CudssBatch:
                 _check_nonsingular_structure(full, self.cupy)
             except (InvalidValueError, SingularMatrixError) as exc:
                 raise type(exc)(f"batch member {i}: {exc}") from None
-            b2, _, _ = _rhs_in_space(r, space, self.dtype)
+            b2 = _rhs_in_space(r, self.place, self.dtype)
             if not bool(self.cupy.isfinite(b2).all()):
                 raise InvalidValueError(f"batch member {i}: b contains NaN or Inf values")
             self.members.append(c)
             self.fulls.append(full)
             self.bs.append(b2)
-        self.stream = stream_pointer(
-            stream if stream is not None else current_stream("cupy", space.device_id)
-        )
+        self.stream = self.place.stream(stream)
 
     def run(self) -> list[Any]:
         from ust.backends.cuda.cudss import CudssBatchFactorization

@@ -304,10 +304,11 @@ def solve_row_block(
     out).  ``layer="nccl"`` needs ``nccl_comm_address``, the address of an ``ncclComm_t``.
     Collective: every rank calls it.  The backward error is checked across ranks.
     """
-    import cupy
-
     from ust.backends.cuda.cudss_mg import CudssDistributedFactorization
     from ust.runtime.errors import SingularMatrixError, SolverAccuracyError
+    from ust.runtime.xp import import_cupy
+
+    cupy = import_cupy()
 
     ip = np.asarray(indptr.get() if hasattr(indptr, "get") else indptr)
     nloc = ip.size - 1

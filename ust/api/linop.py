@@ -75,7 +75,9 @@ def aslinearoperator(a: Any) -> Any:
     if t.device == "cpu":
         from scipy.sparse.linalg import LinearOperator
     else:  # pragma: no cover - GPU
-        from cupyx.scipy.sparse.linalg import LinearOperator
+        from ust.runtime.xp import import_cupy
+
+        LinearOperator = import_cupy("cupyx.scipy.sparse.linalg").LinearOperator
     return LinearOperator(
         t.shape, matvec=forward, rmatvec=rmatvec, matmat=forward, rmatmat=rmatvec, dtype=t.dtype
     )

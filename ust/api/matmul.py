@@ -12,7 +12,6 @@ import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,19 +20,19 @@ from ust.algebra.operands import SPARSE, as_tensor, kind
 from ust.api.algebra import apply_epilog, matmul_sparse, multiply, transpose
 from ust.plan import Problem, classify, decide
 from ust.plan.planner import c_compiler_available
+from ust.plan.routes import route as register_route
+from ust.plan.routes import route_of
 from ust.plan.rules import Rule
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
+from ust.runtime.placement import Placement
 from ust.runtime.spaces import (
     ExecutionSpace,
-    log_placement,
     operand_package,
     operand_space,
-    resolve_space,
-    to_package,
-    to_space,
 )
 from ust.runtime.stateful import PlanFileError, StatefulOperation, check_plan_fields
+from ust.runtime.xp import import_cupy
 from ust.tensor.dispatch import OPERATORS, register
 
 __all__ = ["Matmul", "matmul", "matmul_operator", "matmul_problem", "rmatmul"]
@@ -109,18 +108,22 @@ def result_shape(a: Any, bshape: tuple[int, ...]) -> tuple[int, ...]:
     )
 
 
-# Route name -> factory(matmul) -> executor with .run(b, c, out, stream) and optional .free().
-_FACTORIES: dict[str, Callable[[Matmul, Rule, Any], Any]] = {}
+#: The ops a Matmul plans (its routes are registered once for each op whose rules name them).
+MATMUL_OPS = ("spmv", "spmm", "ttv")
+_LIBRARY_OPS = ("spmv", "spmm")  # tensor-times-vector has generated routes only
 
 
-def route_factory(
-    name: str,
-) -> Callable[[Callable[[Matmul, Rule, Any], Any]], Callable[[Matmul, Rule, Any], Any]]:
-    def register(fn: Callable[[Matmul, Rule, Any], Any]) -> Callable[[Matmul, Rule, Any], Any]:
-        _FACTORIES[name] = fn
-        return fn
+def _cusparse_variants(m: Matmul, rule: Rule) -> tuple[Any, ...]:
+    from ust.backends.cuda import cusparse
 
-    return register
+    table = cusparse.SPMV_ALGORITHMS if m.problem.op == "spmv" else cusparse.SPMM_ALGORITHMS
+    return tuple(table.get(m.problem.format_class, (None,)))
+
+
+def _generated_variants(m: Matmul, rule: Rule) -> tuple[Any, ...]:
+    from ust.codegen.schedule import variants
+
+    return tuple(variants(m, rule.route))
 
 
 class _Adapt:
@@ -133,14 +136,14 @@ class _Adapt:
         return self.inner.run(b, c, out)
 
 
-@route_factory("scipy")
+@register_route(_LIBRARY_OPS, "scipy")
 def _scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.cpu.scipy_routes import ScipyMatmul
 
     return _Adapt(ScipyMatmul(m.a, m.alpha, m.beta))
 
 
-@route_factory("convert-scipy")
+@register_route(_LIBRARY_OPS, "convert-scipy")
 def _convert_scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.cpu.scipy_routes import ScipyMatmul
     from ust.codegen.lower import has_padding
@@ -151,7 +154,7 @@ def _convert_scipy(m: Matmul, rule: Rule, variant: Any) -> Any:
     return _Adapt(ScipyMatmul(m.a.convert(rule.convert_to), m.alpha, m.beta, prune=prune))
 
 
-@route_factory("cusparse")
+@register_route(_LIBRARY_OPS, "cusparse", variants=_cusparse_variants)
 def _cusparse(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.cuda.cusparse_routes import CusparseMatmul
 
@@ -161,14 +164,14 @@ def _cusparse(m: Matmul, rule: Rule, variant: Any) -> Any:
     )
 
 
-@route_factory("generated-c")
+@register_route(MATMUL_OPS, "generated-c", variants=_generated_variants, available=c_compiler_available)
 def _generated_c(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.generated.executors import generated_matmul
 
     return generated_matmul(m, "c", variant)
 
 
-@route_factory("generated-cuda")
+@register_route(MATMUL_OPS, "generated-cuda", variants=_generated_variants)
 def _generated_cuda(m: Matmul, rule: Rule, variant: Any) -> Any:
     from ust.backends.generated.executors import generated_matmul
 
@@ -209,13 +212,11 @@ class Matmul(StatefulOperation):
         self.options = dict(options or {})
         self.alpha, self.beta = alpha, beta
         self._stream_arg = stream
-        self.space = resolve_space({"a": a, "b": b, "c": c}, execution)
-        if self.space.is_cuda:
-            from ust.backends.cuda.arrays import require_device
-
-            require_device(self.space.device_id)
-        self._b_package = operand_package(b)
-        self._b_space = operand_space(b)
+        # the result comes back in B's package and memory
+        self._place = Placement({"a": a, "b": b, "c": c}, execution, home="b")
+        self._place.require_device()
+        self.space = self._place.space
+        self._b_space = self._place.home
         self.a = _as_tensor(a)
         self._check(self.a, b, c)
         self._b_in, self._c_in = b, c
@@ -247,25 +248,11 @@ class Matmul(StatefulOperation):
 
     # ------------------------------------------------------------------------------ phases
     def _move_operands(self) -> None:
-        log_placement(_log, self._b_space, self.space)
-        t0 = time.perf_counter()
-        self.a = self.a.to(str(self.space)) if str(self.a.device) != str(self.space) else self.a
-        moved_b = (
-            to_space(self._b_in, self.space)
-            if operand_package(self._b_in) != "torch"
-            else to_package(self._b_in, "cupy" if self.space.is_cuda else "numpy", self.space)
-        )
-        self.b = moved_b.array
-        self.c = None
-        if self._c_in is not None:
-            self.c = to_package(self._c_in, "cupy" if self.space.is_cuda else "numpy", self.space).array
-        if moved_b.nbytes:
-            _log.info(
-                "moved %d bytes of B to %s in %.3f ms",
-                moved_b.nbytes,
-                self.space.describe(),
-                1e3 * (time.perf_counter() - t0),
-            )
+        place = self._place
+        place.log(_log)
+        self.a = place.tensor(self.a)
+        self.b = place.move(self._b_in, _log, "B")
+        self.c = place.move(self._c_in)
         xp = self._xp()
         # the one normalisation every route shares (SciPy, cuSPARSE, generated C / CUDA): B in
         # the compute dtype, C-contiguous or (2-D) Fortran order; strided views are copied
@@ -277,18 +264,14 @@ class Matmul(StatefulOperation):
         shape = self._result_shape(self.a, _dense_shape(self.b))
         order = "F" if self.b.ndim == 2 and array_layout(self.b) == "col" else "C"
         self.out = xp.empty(shape, dtype=self.dtype, order=order)
-        self._direct = self._b_package in ("numpy", "cupy") and self._b_space == self.space
+        self._direct = not place.moves
 
     def _xp(self) -> Any:
-        if self.space.is_cuda:
-            from ust.backends.cuda.arrays import import_cupy
-
-            return import_cupy()
-        return np
+        return import_cupy() if self.space.is_cuda else np
 
     def _build(self, rule: Rule, variant: Any) -> Any:
         t0 = time.perf_counter()
-        ex = _FACTORIES[rule.route](self, rule, variant)
+        ex = route_of(rule).build(self, rule, variant)
         _log.info("route %s prepared in %.3f ms", rule.route, 1e3 * (time.perf_counter() - t0))
         return ex
 
@@ -301,17 +284,7 @@ class Matmul(StatefulOperation):
 
     def _stream(self) -> int:
         """The raw stream: the one given at construction, else CuPy's current one (read each call)."""
-        if not self.space.is_cuda:
-            return 0
-        from ust.runtime.streams import current_stream, stream_pointer
-
-        if self._stream_arg is not None:
-            return stream_pointer(self._stream_arg)
-        if self.space.device_id in (None, 0):
-            import cupy
-
-            return int(cupy.cuda.get_current_stream().ptr)
-        return stream_pointer(current_stream("cupy", self.space.device_id))
+        return self._place.stream(self._stream_arg)
 
     def _execute(self, **kwargs: Any) -> Any:
         # the hot path: one executor call; delivery to another package/space only when needed
@@ -320,15 +293,7 @@ class Matmul(StatefulOperation):
 
     def _deliver(self, out: Any) -> Any:
         """The result in B's package and memory space (copied only when spaces differ)."""
-        if (
-            self._b_package in ("numpy", "cupy")
-            and operand_space(out) == self._b_space
-            and operand_package(out) == self._b_package
-        ):
-            return out
-        return to_package(
-            out, self._b_package if self._b_package != "scipy" else "numpy", self._b_space
-        ).array
+        return self._place.back(out)
 
     def autotune(self, iterations: int = 5) -> dict[str, float]:
         """Time every candidate route (and variant) on the real operands; keep the fastest."""
@@ -360,30 +325,19 @@ class Matmul(StatefulOperation):
             self.decision = type(self.decision)(
                 self.problem,
                 rule,
-                rule.reason.format(fmt=self.problem.format_class, dtype=self.dtype)
-                + " (fastest when autotuned)",
+                rule.reason_for(self.problem) + " (fastest when autotuned)",
             )
             _log.info("autotune chose %s variant %s: %s", rule.route, self.variant, timings)
         return timings
 
     def _variants(self, rule: Rule) -> tuple[Any, ...]:
-        if rule.route == "cusparse":
-            from ust.backends.cuda import cusparse
-
-            table = cusparse.SPMV_ALGORITHMS if self.problem.op == "spmv" else cusparse.SPMM_ALGORITHMS
-            return table.get(self.problem.format_class, (None,))
-        if rule.route.startswith("generated"):
-            from ust.codegen.schedule import variants
-
-            return tuple(variants(self, rule.route))
-        return (None,)
+        return route_of(rule).variants(self, rule)
 
     def _time(self, ex: Any, iterations: int) -> float:
         stream = self._stream()
         ex.run(self.b, self.c, self.out, stream)  # warm up (and compile)
         if self.space.is_cuda:
-            import cupy
-
+            cupy = import_cupy()
             s = cupy.cuda.get_current_stream()
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record(s)
@@ -454,25 +408,7 @@ class Matmul(StatefulOperation):
             "op": self.problem.op,
         }
 
-    def _plan_device(self) -> str:
-        if not self.space.is_cuda:
-            return "cpu"
-        import cupy
-
-        props = cupy.cuda.runtime.getDeviceProperties(self.space.device_id or 0)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        return f"cuda {name}"
-
-    def _plan_versions(self) -> dict[str, str]:
-        import scipy
-
-        v = {"numpy": np.__version__, "scipy": scipy.__version__}
-        if self.space.is_cuda:
-            import cupy
-
-            v["cupy"] = cupy.__version__
-            v["cuda_runtime"] = str(cupy.cuda.runtime.runtimeGetVersion())
-        return v
+    # device and versions of a saved plan: the stateful base's (self.space; NumPy, SciPy, CuPy, CUDA)
 
     @classmethod
     def load_plan(cls, path: Any, a: Any, b: Any, c: Any = None, **kwargs: Any) -> Matmul:
@@ -492,8 +428,7 @@ class Matmul(StatefulOperation):
             mm.decision = type(mm.decision)(
                 mm.problem,
                 choice["rule"],
-                choice["rule"].reason.format(fmt=mm.problem.format_class, dtype=mm.dtype)
-                + " (from a saved plan)",
+                choice["rule"].reason_for(mm.problem) + " (from a saved plan)",
             )
             mm.variant = choice["variant"]
             try:

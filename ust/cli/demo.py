@@ -119,8 +119,9 @@ def run(matrix: str | None = None, n: int = 24, out: Callable[[str], None] = pri
     (xsol, secs) = _timed(lambda: ust.solve(solver_in, b, matrix_type="spd"))
     r = solver_in.to_scipy() @ (xsol.get() if hasattr(xsol, "get") else xsol) if device == "cpu" else None
     if r is None:
-        import cupyx.scipy.sparse as csp
+        from ust.runtime.xp import import_cupy
 
+        csp = import_cupy("cupyx.scipy.sparse")
         r = (csp.csr_matrix(solver_in.to_cupyx()) @ xsol).get()
     res = float(np.linalg.norm(r - np.ones(a.shape[0])) / np.linalg.norm(np.ones(a.shape[0])))
     route = "cuDSS" if device == "cuda" else "SuperLU"

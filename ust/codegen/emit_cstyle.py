@@ -1,8 +1,9 @@
 """The shared C-style renderer under the C and CUDA emitters (tinygrad's ``CStyleLanguage``).
 
 :class:`CStyleRenderer` turns the loop IR into C-family text: expressions with minimal
-parentheses, lets, accumulators, conditionals and plain loops.  A target
-(:mod:`ust.codegen.emit_c`, :mod:`ust.codegen.emit_cuda`) is a subclass holding its tables
+parentheses (the IR's own printer, :class:`ust.codegen.ir.ExprPrinter`, with C hooks), lets,
+accumulators, conditionals and plain loops.  A target (:mod:`ust.codegen.emit_c`,
+:mod:`ust.codegen.emit_cuda`) is a subclass holding its tables
 (value and index type names, the type of a boolean let) and overriding the hooks where it
 differs: constants, binary operators on its value types, parallel loops, stores and
 accumulations.  It returns text only; compiling and running live in :mod:`ust.backends`.
@@ -13,29 +14,25 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ust.codegen.ir import (
-    BIN_OPS,
     Accumulate,
     Assign,
     Bin,
     Block,
     Const,
     Decl,
-    Expr,
+    ExprPrinter,
     If,
     Kernel,
     Let,
-    Load,
     Loop,
     Stmt,
     Store,
-    Un,
-    Var,
 )
 
 __all__ = ["CStyleRenderer"]
 
 
-class CStyleRenderer:
+class CStyleRenderer(ExprPrinter):
     """Renders one kernel; subclasses set the tables and override the hooks."""
 
     #: value dtype -> the target's type name
@@ -56,32 +53,13 @@ class CStyleRenderer:
         """A literal (hook: value and boolean literals differ between targets)."""
         return str(int(e.value))  # type: ignore[arg-type]
 
-    def binary(self, e: Bin, parent: int) -> str | None:
-        """A target's own rendering of a binary operator, or None for the common one (hook)."""
-        return None
+    def minmax(self, e: Bin) -> str:
+        cmp = "<" if e.op == "min" else ">"
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
 
-    def expr(self, e: Expr, parent: int = 0) -> str:
-        if isinstance(e, Const):
-            return self.const(e)
-        if isinstance(e, Var):
-            return e.name
-        if isinstance(e, Load):
-            return f"{e.buf}[{self.expr(e.index)}]"
-        if isinstance(e, Un):
-            return f"{e.op}{self.expr(e.a, 10)}"
-        if isinstance(e, Bin):
-            if e.op in ("min", "max"):
-                cmp = "<" if e.op == "min" else ">"
-                a, b = self.expr(e.a), self.expr(e.b)
-                return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
-            own = self.binary(e, parent)
-            if own is not None:
-                return own
-            prec = BIN_OPS[e.op]
-            op = "/" if e.op == "//" else e.op
-            text = f"{self.expr(e.a, prec)} {op} {self.expr(e.b, prec + 1)}"
-            return f"({text})" if prec < parent else text
-        raise TypeError(f"not an IR expression: {e!r}")
+    def op_text(self, op: str) -> str:
+        return "/" if op == "//" else op
 
     # -- statements -----------------------------------------------------------------------------
     def out(self, depth: int, text: str) -> None:

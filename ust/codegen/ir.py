@@ -24,6 +24,7 @@ __all__ = [
     "Const",
     "Decl",
     "Expr",
+    "ExprPrinter",
     "If",
     "Kernel",
     "Let",
@@ -292,23 +293,57 @@ def free_names(node: object) -> set[str]:
 # ----------------------------------------------------------------------------- printer
 
 
+class ExprPrinter:
+    """C-like text of expressions, parenthesised only where needed.
+
+    The one precedence-driven printer of the IR: :func:`expr_text` uses it as it is, and the
+    C-style renderer (:class:`ust.codegen.emit_cstyle.CStyleRenderer`) overrides the hooks
+    where a target's text differs (literals, ``min`` / ``max``, operators on its value types).
+    """
+
+    def const(self, e: Const) -> str:
+        """A literal (hook)."""
+        return repr(e.value) if e.kind != "bool" else ("true" if e.value else "false")
+
+    def minmax(self, e: Bin) -> str:
+        """``min`` / ``max`` (hook)."""
+        return f"{e.op}({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def binary(self, e: Bin, parent: int) -> str | None:
+        """A target's own rendering of a binary operator, or None for the common one (hook)."""
+        return None
+
+    def op_text(self, op: str) -> str:
+        """The spelling of an infix operator (hook)."""
+        return op
+
+    def expr(self, e: Expr, parent: int = 0) -> str:
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return f"{e.buf}[{self.expr(e.index)}]"
+        if isinstance(e, Un):
+            return f"{e.op}{self.expr(e.a, 10)}"
+        if isinstance(e, Bin):
+            if e.op in ("min", "max"):
+                return self.minmax(e)
+            own = self.binary(e, parent)
+            if own is not None:
+                return own
+            prec = BIN_OPS[e.op]
+            text = f"{self.expr(e.a, prec)} {self.op_text(e.op)} {self.expr(e.b, prec + 1)}"
+            return f"({text})" if prec < parent else text
+        raise TypeError(f"not an IR expression: {e!r}")
+
+
+_PRINTER = ExprPrinter()
+
+
 def expr_text(e: Expr, parent_prec: int = 0) -> str:
     """C-like text of an expression, parenthesised only where needed."""
-    if isinstance(e, Const):
-        return repr(e.value) if e.kind != "bool" else ("true" if e.value else "false")
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Load):
-        return f"{e.buf}[{expr_text(e.index)}]"
-    if isinstance(e, Un):
-        return f"{e.op}{expr_text(e.a, 10)}"
-    if isinstance(e, Bin):
-        prec = BIN_OPS[e.op]
-        if e.op in ("min", "max"):
-            return f"{e.op}({expr_text(e.a)}, {expr_text(e.b)})"
-        text = f"{expr_text(e.a, prec)} {e.op} {expr_text(e.b, prec + 1)}"
-        return f"({text})" if prec < parent_prec else text
-    raise TypeError(f"not an IR expression: {e!r}")
+    return _PRINTER.expr(e, parent_prec)
 
 
 def _stmt_lines(s: Stmt, indent: int) -> list[str]:

@@ -156,22 +156,17 @@ def to_cupyx(t: Tensor) -> Any:
         lay = library_layout(t.format)
         assert lay is not None
     shape = t.shape
+    if lay.name == "dia":
+        nd = int(t.crd(0).shape[0])
+        return csp.dia_matrix((t.values.reshape(nd, shape[1]), _idx32(t.crd(0))), shape=shape)
     if lay.name in ("csr", "csc"):
         cls = csp.csr_matrix if lay.name == "csr" else csp.csc_matrix
         A = cls((t.values, _idx32(t.crd(1)), _idx32(t.pos(1))), shape=shape)
-        if lay.canonical:
-            A.has_canonical_format = True
-        else:
-            A = A.copy()
-            A.sum_duplicates()
-        return A
-    if lay.name == "coo":
+    else:  # coo
         A = csp.coo_matrix((t.values, (_idx32(t.crd(0)), _idx32(t.crd(1)))), shape=shape)
-        if lay.canonical:
-            A.has_canonical_format = True
-        else:
-            A = A.copy()
-            A.sum_duplicates()
+    if lay.canonical:
+        A.has_canonical_format = True
         return A
-    nd = int(t.crd(0).shape[0])
-    return csp.dia_matrix((t.values.reshape(nd, shape[1]), _idx32(t.crd(0))), shape=shape)
+    A = A.copy()  # sum_duplicates works in place: never on the tensor's buffers
+    A.sum_duplicates()
+    return A

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ust.runtime import xp as _xp
-from ust.runtime.errors import BackendUnavailableError, DeviceError
+from ust.runtime.errors import DeviceError
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -15,13 +15,7 @@ __all__ = ["cupy_module", "parse_device", "to_device"]
 
 def cupy_module() -> Any:
     """CuPy, or a BackendUnavailableError that says how to install it."""
-    try:
-        import cupy
-    except ImportError as exc:
-        raise BackendUnavailableError(
-            f"a GPU tensor needs CuPy ({exc})", pip_command="pip install 'ust[cu13]'  # or ust[cu12]"
-        ) from None
-    return cupy
+    return _xp.import_cupy()
 
 
 def parse_device(device: str | int | None) -> str:

@@ -13,22 +13,33 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.convert.dia import dia_to_compressed, is_dia
-from ust.convert.layouts import coordinate_twin, library_layout
-from ust.formats.library import get as get_format
+from ust.convert.dia import dia_to_compressed
+from ust.convert.layouts import library_layout
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
+from ust.tensor.dispatch import conversion
 from ust.tensor.limits import check_index_dtype, check_storage, default_index_dtype, min_value_slots
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
-__all__ = ["CPU_ROUTES", "GPU_ROUTES", "convert", "explain_route", "plan_route"]
+__all__ = [
+    "CPU_ROUTES",
+    "CUPYX_DTYPES",
+    "GPU_ROUTES",
+    "ConvertStep",
+    "convert",
+    "explain_route",
+    "general_step",
+    "library_step",
+    "plan_route",
+]
 
 log = get_logger("convert")
 
@@ -76,13 +87,29 @@ GPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
 }
 
 #: Value dtypes cupyx.scipy.sparse accepts.
-_CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
+CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
 
 
-_Step = tuple[str, str, Any, Any, Format]  # (kind, description, function, blocksize, target)
+@dataclass(frozen=True)
+class ConvertStep:
+    """One step of a conversion: ``kind`` is ``"library"`` (``fn(library object, blocksize)``),
+    ``"dia"`` (masked compaction of a DIA source, ``by_column``), ``"twin"`` (the coordinate twin
+    through cupyx) or ``"general"`` (unpack, order, merge, pack); ``target`` is the step's format."""
+
+    kind: str
+    description: str
+    target: Format
+    fn: _Route | None = None
+    blocksize: Any = None
+    by_column: bool = False
 
 
-def _library_step(t_fmt: Format, fmt: Format, on_gpu: bool) -> _Step | None:
+def general_step(fmt: Format) -> ConvertStep:
+    return ConvertStep("general", "general path", fmt)
+
+
+def library_step(t_fmt: Format, fmt: Format, on_gpu: bool) -> ConvertStep | None:
+    """The library call that converts canonical ``t_fmt`` into canonical ``fmt`` directly, if any."""
     src = library_layout(t_fmt)
     dst = library_layout(fmt)
     if src is None or dst is None or not src.canonical or not dst.canonical:
@@ -92,65 +119,21 @@ def _library_step(t_fmt: Format, fmt: Format, on_gpu: bool) -> _Step | None:
     entry = (GPU_ROUTES if on_gpu else CPU_ROUTES).get((src.name, dst.name))
     if entry is None:
         return None
-    return ("library", entry[0], entry[1], dst.blocksize, fmt)
+    return ConvertStep("library", entry[0], fmt, entry[1], dst.blocksize)
 
 
-def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[_Step]:
+def plan_route(t: Tensor, fmt: Format, route: str | None = None) -> list[ConvertStep]:
     """The steps of ``t.convert(fmt)``: library calls and at most one general-path pass.
 
-    CPU: a direct SciPy conversion where one exists; a BSR or DIA source is first turned
-    into CSR by SciPy's compiled conversion (reading its padded slots costs more than the
-    conversion); a BSR target is made from CSR by a C merge kernel (SciPy's ``tobsr`` and a
-    block sort without a compiler).  GPU: cuSPARSE through cupyx for CSR/CSC/COO pairs.
-    Everything else: the general path.
+    The planner's ``"convert"`` rules choose (:mod:`ust.plan.rules`; :mod:`ust.plan.convert`
+    registers the planner here): CPU: a direct SciPy conversion where one exists; a BSR or DIA
+    source is first turned into CSR by SciPy's compiled conversion (reading its padded slots
+    costs more than the conversion); a BSR target is made from CSR by a C merge kernel (SciPy's
+    ``tobsr`` and a block sort without a compiler).  GPU: cuSPARSE through cupyx for CSR/CSC/COO
+    pairs.  Everything else: the general path.
     """
-    general: list[_Step] = [("general", "general path", None, None, fmt)]
-    if route == "general":
-        return general
-    on_gpu = t.device != "cpu"
-    if on_gpu and is_dia(t.format):
-        return _from_dia(t, fmt)
-    if on_gpu and (t.dtype not in _CUPYX_DTYPES or max(t.nse, *t.shape) >= 2**31):
-        return general
-    if not on_gpu and t.dtype == np.float16:  # scipy's compiled routines have no float16
-        return general
-    direct = _library_step(t.format, fmt, on_gpu)
-    if direct is not None:
-        return [direct]
-    if on_gpu and fmt == coordinate_twin(t.format):  # e.g. CSC -> column-major COO
-        return [("twin", "cupyx csr.tocoo (cuSPARSE) on the level coordinates", None, None, fmt)]
-    if on_gpu:
-        return general
-    csr = get_format("CSR")
-    src = library_layout(t.format)
-    dst = library_layout(fmt)
-    if src is not None and src.canonical and src.name in ("bsr", "dia") and fmt != csr:
-        first = _library_step(t.format, csr, False)
-        if first is not None:
-            rest = _library_step(csr, fmt, False)
-            return [first, rest if rest is not None else ("general", "general path", None, None, fmt)]
-    if dst is not None and dst.canonical and dst.name == "bsr" and t.format != csr:
-        last = _library_step(csr, fmt, False)
-        if last is not None:
-            return [("general", "general path", None, None, csr), last]
-    return general
-
-
-def _from_dia(t: Tensor, fmt: Format) -> list[_Step]:
-    """GPU, DIA source: straight to CSR or CSC (column-major targets through CSC), then on."""
-    by_column = fmt.levels[0].expr.dims == (1,)  # DCSC, CSC, column-major COO, ...
-    mid = get_format("CSC" if by_column else "CSR")
-    first: _Step = (
-        "dia",
-        f"DIA -> {'CSC' if by_column else 'CSR'} (masked compaction)",
-        by_column,
-        None,
-        mid,
-    )
-    if fmt == mid:
-        return [first]
-    rest = _library_step(mid, fmt, True)
-    return [first, rest if rest is not None else ("general", "general path", None, None, fmt)]
+    steps, _ = conversion("plan_convert")(t, fmt, route)
+    return list(steps)
 
 
 def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> str:
@@ -161,8 +144,8 @@ def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> 
     if fmt == t.format:
         return "no conversion: the tensor already has this format"
     steps = plan_route(t, fmt, route)
-    kinds = {s[0] for s in steps}
-    what = " then ".join(s[1] for s in steps)
+    kinds = {s.kind for s in steps}
+    what = " then ".join(s.description for s in steps)
     if kinds == {"library"}:
         return f"library route: {what} (both formats are canonical library layouts)"
     if kinds == {"twin"}:
@@ -205,12 +188,14 @@ def convert(
     t0 = time.perf_counter()
     steps = plan_route(t, fmt, route)
     out = t
-    for i, (kind, _name, fn, blocksize, step_fmt) in enumerate(steps):
-        if kind == "library":
-            out = _run_library(out, step_fmt, fn, blocksize, None)
-        elif kind == "dia":
-            out = dia_to_compressed(out, step_fmt, by_column=fn)
-        elif kind == "twin":
+    for i, step in enumerate(steps):
+        step_fmt = step.target
+        if step.kind == "library":
+            assert step.fn is not None
+            out = _run_library(out, step_fmt, step.fn, step.blocksize, None)
+        elif step.kind == "dia":
+            out = dia_to_compressed(out, step_fmt, by_column=step.by_column)
+        elif step.kind == "twin":
             from ust.convert.cupyx import coordinate_twin_of
 
             out = coordinate_twin_of(out, step_fmt)
@@ -238,7 +223,7 @@ def convert(
             t.format.standard_name or t.format.map_text(),
             fmt.standard_name or fmt.map_text(),
             t.device,
-            " then ".join(s[1] for s in steps),
+            " then ".join(s.description for s in steps),
             t.nse,
             1e3 * (time.perf_counter() - t0),
         )

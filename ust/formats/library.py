@@ -25,6 +25,7 @@ __all__ = [
     "FormatTemplate",
     "format",
     "get",
+    "instance_name",
     "load_formats",
     "names",
     "parse_formats",
@@ -74,9 +75,15 @@ class FormatTemplate:
         return f"FormatTemplate<{self.name}[{', '.join(self.params)}]>"
 
 
+def instance_name(name: str, args: tuple[int, ...] = ()) -> str:
+    """``"CSR"``, ``"BSR[2, 2]"``: a format's (or format class's) name with its parameters -- the
+    one spelling, used by the library, ``classify`` and the planner's reasons."""
+    return f"{name}[{', '.join(map(str, args))}]" if args else name
+
+
 @functools.lru_cache(maxsize=512)
 def _instantiate(template: FormatTemplate, args: tuple[int, ...]) -> Format:
-    label = f"{template.name}[{', '.join(map(str, args))}]"
+    label = instance_name(template.name, args)
     try:
         return build_format(template.spec, dict(zip(template.params, args, strict=True)), name=label)
     except FormatError as err:  # name the instance: the line/column are in the declaration
@@ -301,7 +308,7 @@ def standard_name_of(fmt: Format) -> str | None:
             except FormatError:
                 continue
             if cand == fmt:
-                return f"{nm}[{', '.join(map(str, args))}]"
+                return instance_name(nm, tuple(args))
     return None
 
 

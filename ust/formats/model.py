@@ -13,7 +13,7 @@ import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ust.grammar import ast
 from ust.runtime.errors import FormatError, ShapeError
@@ -122,75 +122,75 @@ class Dim:
 
 
 @dataclass(frozen=True)
-class FloorDiv:
-    """``dim floordiv divisor``: the block number."""
+class _Blocked:
+    """``dim <word> divisor``: one dimension cut into blocks of ``divisor``."""
 
     dim: int
     divisor: int
+    word: ClassVar[str]
 
     @property
     def dims(self) -> tuple[int, ...]:
         return (self.dim,)
+
+    def to_text(self, names: Sequence[str]) -> str:
+        return f"{names[self.dim]} {self.word} {self.divisor}"
+
+
+@dataclass(frozen=True)
+class FloorDiv(_Blocked):
+    """``dim floordiv divisor``: the block number."""
+
+    word = "floordiv"
 
     def evaluate(self, coords: Sequence[Any]) -> Any:
         return coords[self.dim] // self.divisor
 
-    def to_text(self, names: Sequence[str]) -> str:
-        return f"{names[self.dim]} floordiv {self.divisor}"
-
 
 @dataclass(frozen=True)
-class Mod:
+class Mod(_Blocked):
     """``dim mod divisor``: the offset inside a block."""
 
-    dim: int
-    divisor: int
-
-    @property
-    def dims(self) -> tuple[int, ...]:
-        return (self.dim,)
+    word = "mod"
 
     def evaluate(self, coords: Sequence[Any]) -> Any:
         return coords[self.dim] % self.divisor
 
-    def to_text(self, names: Sequence[str]) -> str:
-        return f"{names[self.dim]} mod {self.divisor}"
-
 
 @dataclass(frozen=True)
-class Add:
-    """``left + right``: anti-diagonal number."""
+class _Pair:
+    """``left <symbol> right``: two dimensions combined."""
 
     left: int
     right: int
+    symbol: ClassVar[str]
 
     @property
     def dims(self) -> tuple[int, ...]:
         return (self.left, self.right)
+
+    def to_text(self, names: Sequence[str]) -> str:
+        return f"{names[self.left]} {self.symbol} {names[self.right]}"
+
+
+@dataclass(frozen=True)
+class Add(_Pair):
+    """``left + right``: anti-diagonal number."""
+
+    symbol = "+"
 
     def evaluate(self, coords: Sequence[Any]) -> Any:
         return coords[self.left] + coords[self.right]
 
-    def to_text(self, names: Sequence[str]) -> str:
-        return f"{names[self.left]} + {names[self.right]}"
-
 
 @dataclass(frozen=True)
-class Sub:
+class Sub(_Pair):
     """``left - right``: diagonal offset (``j - i`` is scipy's dia offset)."""
 
-    left: int
-    right: int
-
-    @property
-    def dims(self) -> tuple[int, ...]:
-        return (self.left, self.right)
+    symbol = "-"
 
     def evaluate(self, coords: Sequence[Any]) -> Any:
         return coords[self.left] - coords[self.right]
-
-    def to_text(self, names: Sequence[str]) -> str:
-        return f"{names[self.left]} - {names[self.right]}"
 
 
 LevelExpr = Dim | FloorDiv | Mod | Add | Sub

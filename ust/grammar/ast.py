@@ -25,35 +25,35 @@ class DimExpr:
 
 
 @dataclass(frozen=True)
-class FloorDivExpr:
+class _BlockedExpr:
+    """A dimension and a divisor (the two block expressions below)."""
+
+    dim: str
+    divisor: Operand
+
+
+class FloorDivExpr(_BlockedExpr):
     """``d floordiv c`` (also written ``d // c``)."""
 
-    dim: str
-    divisor: Operand
 
-
-@dataclass(frozen=True)
-class ModExpr:
+class ModExpr(_BlockedExpr):
     """``d mod c`` (also written ``d % c``)."""
 
-    dim: str
-    divisor: Operand
-
 
 @dataclass(frozen=True)
-class AddExpr:
+class _PairExpr:
+    """Two dimensions (the diagonal expressions below)."""
+
+    left: str
+    right: str
+
+
+class AddExpr(_PairExpr):
     """``d1 + d2`` (anti-diagonals)."""
 
-    left: str
-    right: str
 
-
-@dataclass(frozen=True)
-class SubExpr:
+class SubExpr(_PairExpr):
     """``d1 - d2`` (diagonals)."""
-
-    left: str
-    right: str
 
 
 LevelExprAST = DimExpr | FloorDivExpr | ModExpr | AddExpr | SubExpr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ust.formats.library import instance_name
 from ust.formats.model import Format, LevelFormat, LevelType
 
 __all__ = ["FormatClass", "classify"]
@@ -24,7 +25,7 @@ class FormatClass:
     canonical: bool = True  # ordered and unique storage
 
     def __str__(self) -> str:
-        return f"{self.name}[{', '.join(map(str, self.params))}]" if self.params else self.name
+        return instance_name(self.name, self.params)
 
 
 def _normalised(fmt: Format) -> Format:

@@ -8,11 +8,14 @@ drives ``UnsupportedError`` messages (what *is* supported) and the tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ANY", "CONDITIONS", "RULES", "Problem", "Rule"]
+from ust.formats.library import instance_name
+
+__all__ = ["ANY", "CONDITIONS", "PUBLIC_OPS", "RULES", "Problem", "Rule"]
 
 ANY: frozenset[str] = frozenset({"*"})
 FLOATS = frozenset({"float32", "float64", "complex64", "complex128"})
@@ -39,6 +42,11 @@ class Problem:
     epilog: bool = False
     max_extent: int = 0  # the largest dimension: libraries allocate vectors that long
 
+    @property
+    def format_text(self) -> str:
+        """``"CSR"``, ``"BSR[2, 2]"``: the format class with its parameters."""
+        return instance_name(self.format_class, self.format_params)
+
 
 #: Above this extent a library reduction's vector of ones (or its dense intermediate) would take
 #: over 1 GiB of float64 for a tensor whose own storage may be a few entries: hypersparse shapes
@@ -50,8 +58,8 @@ def _square_blocks(p: Problem) -> bool:
     return len(p.format_params) == 2 and p.format_params[0] == p.format_params[1] and p.format_params[0] > 1
 
 
-#: Named conditions a rule may require (kept small and obvious).
-CONDITIONS: dict[str, Callable[[Problem], bool]] = {
+#: Named conditions a rule may require (kept small and obvious); read-only once the table is built.
+_CONDITIONS: dict[str, Callable[[Problem], bool]] = {
     "always": lambda p: True,
     "canonical": lambda p: p.canonical,
     "canonical_square_blocks": lambda p: p.canonical and _square_blocks(p),
@@ -81,10 +89,14 @@ class Rule:
             self.op == p.op
             and self.device == p.device
             and (self.formats is ANY or p.format_class in self.formats)
-            and p.dtype in self.dtypes
-            and p.index_dtype in self.index_dtypes
+            and (self.dtypes is ANY or p.dtype in self.dtypes)
+            and (self.index_dtypes is ANY or p.index_dtype in self.index_dtypes)
             and CONDITIONS[self.when](p)
         )
+
+    def reason_for(self, p: Problem) -> str:
+        """The reason text for ``p``: the format class with its parameters ("BSR[2, 2]") and dtype."""
+        return self.reason.format(fmt=p.format_text, dtype=p.dtype)
 
     def describe(self) -> dict[str, Any]:
         fmts = "any format" if self.formats is ANY else ", ".join(sorted(self.formats))
@@ -119,7 +131,7 @@ def _matmul_rules(op: str) -> tuple[Rule, ...]:
     )  # fmt: skip
 
 
-RULES: tuple[Rule, ...] = (
+_MATMUL_RULES: tuple[Rule, ...] = (
     *_matmul_rules("spmv"),
     *_matmul_rules("spmm"),
     Rule("ttv", "cuda", ANY, "generated-cuda", "tensor-times-vector on the last mode: a generated kernel"),
@@ -135,14 +147,10 @@ ALGEBRA_VALUES = ALL_VALUES | frozenset({"uint16", "uint32", "uint64"})  # every
 SCIPY_VALUES = ALGEBRA_VALUES - {"float16"}  # scipy.sparse rejects float16
 
 
-def _class_text(p: Problem) -> str:
-    return p.format_class + (f"[{', '.join(map(str, p.format_params))}]" if p.format_params else "")
-
-
-CONDITIONS.update(
+_CONDITIONS.update(
     {
         # both operands canonical and of the same class (same block size): the library's fast path
-        "same_canonical_class": lambda p: p.canonical and getattr(p, "other", "") == _class_text(p),
+        "same_canonical_class": lambda p: p.canonical and getattr(p, "other", "") == p.format_text,
         # both operands are layouts SciPy stores (it converts a mixed pair itself)
         "both_library": lambda p: getattr(p, "other", "").partition("[")[0] in LIBRARY_FORMATS_CPU,
     }
@@ -238,4 +246,115 @@ def _algebra_rules() -> tuple[Rule, ...]:
 # fmt: on
 
 
-RULES = (*RULES, *_algebra_rules())
+# ---------------------------------------------------------------------------- conversion
+# A conversion's Problem (ust.plan.convert.ConvertProblem) names the source's library layout as its
+# format class and the target's in ``other``; the flags below say what the pair tables of
+# ust.convert.routes offer for the pair (the tables are the data; these rules the order).
+def _flag(name: str) -> Callable[[Problem], bool]:
+    return lambda p: bool(getattr(p, name, False))
+
+
+def _scipy_dtype(p: Problem) -> bool:
+    return p.dtype != "float16"  # scipy's compiled conversions have no float16
+
+
+_CONDITIONS.update(
+    {
+        "dia_source": _flag("dia_source"),
+        "library_pair_int32": lambda p: _flag("library_pair")(p) and _flag("fits_int32")(p),
+        "coordinate_twin_int32": lambda p: _flag("twin")(p) and _flag("fits_int32")(p),
+        "library_pair_scipy": lambda p: _flag("library_pair")(p) and _scipy_dtype(p),
+        "staged_source_scipy": lambda p: _flag("staged")(p) and _scipy_dtype(p),
+        "bsr_target_scipy": lambda p: _flag("bsr_target")(p) and _scipy_dtype(p),
+    }
+)
+
+# fmt: off
+_CONVERT_RULES: tuple[Rule, ...] = (
+    # ---- GPU (measured on the H200: see ust.convert.routes.GPU_ROUTES)
+    Rule("convert", "cuda", ANY, "dia-compaction",
+         "a DIA source goes straight to CSR or CSC by masked compaction: slots are read in the "
+         "target's order, so nothing is sorted", dtypes=ANY, index_dtypes=ANY, when="dia_source"),
+    Rule("convert", "cuda", frozenset({"CSR", "CSC", "COO"}), "library",
+         "cuSPARSE (through cupyx) converts between canonical {fmt} and the target's library layout",
+         index_dtypes=ANY, when="library_pair_int32"),
+    Rule("convert", "cuda", ANY, "twin",
+         "the same entries in the same order, one coordinate per entry: cuSPARSE's csr.tocoo on the "
+         "level coordinates", index_dtypes=ANY, when="coordinate_twin_int32"),
+    Rule("convert", "cuda", ANY, "general",
+         "the general path: unpack levels, order, merge, pack (a CuPy array program)",
+         dtypes=ANY, index_dtypes=ANY),
+    # ---- CPU
+    Rule("convert", "cpu", LIBRARY_FORMATS_CPU, "library",
+         "SciPy's compiled conversion (or the C CSR -> BSR merge) between canonical library layouts",
+         dtypes=ANY, index_dtypes=ANY, when="library_pair_scipy"),
+    Rule("convert", "cpu", frozenset({"BSR", "DIA"}), "staged",
+         "a canonical {fmt} source is turned into CSR by SciPy first: reading its padded slots costs "
+         "more than that conversion", dtypes=ANY, index_dtypes=ANY, when="staged_source_scipy"),
+    Rule("convert", "cpu", ANY, "general-then-bsr",
+         "a BSR target is made from CSR by the C merge kernel: the general path to CSR first",
+         dtypes=ANY, index_dtypes=ANY, when="bsr_target_scipy"),
+    Rule("convert", "cpu", ANY, "general",
+         "the general path: unpack levels, order, merge, pack (a NumPy array program)",
+         dtypes=ANY, index_dtypes=ANY),
+)
+
+# ---------------------------------------------------------------------------- direct solve, dense, FFT
+_SOLVE_RULES: tuple[Rule, ...] = (
+    Rule("solve", "cuda", ANY, "cudss",
+         "cuDSS factorises on the GPU (A converted to CSR; refinement and mixed precision inside "
+         "its solve phase)", index_dtypes=ANY),
+    Rule("solve", "cpu", ANY, "superlu",
+         "SciPy's SuperLU with an ordering chosen for the pattern at plan time (A converted to CSR)",
+         index_dtypes=ANY),
+)
+
+_CONDITIONS["empty"] = lambda p: p.max_extent == 0  # dense problems: the smallest of m, n, k
+_DENSE_RULES: tuple[Rule, ...] = (
+    Rule("dense_matmul", "cuda", ANY, "empty",
+         "an empty product (m, n or k is 0): D is C scaled by beta, or zeros; no library call",
+         dtypes=ANY, index_dtypes=ANY, when="empty"),
+    Rule("dense_matmul", "cuda", ANY, "cublasLt",
+         "cuBLASLt matmul with the epilogue fused, algorithm from its heuristic (autotune times others)",
+         dtypes=ANY, index_dtypes=ANY),
+    Rule("dense_matmul", "cpu", ANY, "numpy",
+         "BLAS gemm through SciPy for 2-D BLAS dtypes, NumPy's matmul otherwise; the epilogue in place",
+         dtypes=ANY, index_dtypes=ANY),
+    Rule("fft", "cuda", ANY, "cufft", "cuFFT plan for this shape, dtype and axes, reused on every execute",
+         dtypes=ANY, index_dtypes=ANY),
+    Rule("fft", "cpu", ANY, "scipy.fft", "scipy.fft (pocketfft) with the configured worker threads",
+         dtypes=ANY, index_dtypes=ANY),
+)
+# fmt: on
+
+#: The rule table: read-only (a tuple of frozen rules; the conditions a read-only mapping).
+RULES: tuple[Rule, ...] = (
+    *_MATMUL_RULES,
+    *_algebra_rules(),
+    *_CONVERT_RULES,
+    *_SOLVE_RULES,
+    *_DENSE_RULES,
+)
+CONDITIONS: Mapping[str, Callable[[Problem], bool]] = MappingProxyType(_CONDITIONS)
+
+#: Every public op, the rule ops that plan it and the devices it runs on (tests/test_architecture.py
+#: checks that each has rules for each device, and that every rule's route is registered).
+PUBLIC_OPS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType(
+    {
+        "matmul": (("spmv", "spmm"), ("cpu", "cuda")),
+        "ttv": (("ttv",), ("cpu", "cuda")),
+        "spgemm": (("spgemm",), ("cpu", "cuda")),
+        "sddmm": (("sddmm",), ("cpu", "cuda")),
+        "add": (("add",), ("cpu", "cuda")),
+        "multiply": (("multiply",), ("cpu", "cuda")),
+        "scale": (("scale",), ("cpu", "cuda")),
+        "transpose": (("transpose",), ("cpu", "cuda")),
+        "sum": (("sum",), ("cpu", "cuda")),
+        "max": (("max",), ("cpu", "cuda")),
+        "min": (("min",), ("cpu", "cuda")),
+        "convert": (("convert",), ("cpu", "cuda")),
+        "solve": (("solve",), ("cpu", "cuda")),
+        "dense_matmul": (("dense_matmul",), ("cpu", "cuda")),
+        "fft": (("fft",), ("cpu", "cuda")),
+    }
+)

@@ -33,7 +33,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +41,8 @@ import numpy as np
 from ust._version import __version__
 from ust.runtime.errors import InvalidStateError, UstError
 from ust.runtime.log import get_logger
+from ust.runtime.spaces import CPU, ExecutionSpace
+from ust.runtime.xp import import_cupy
 
 __all__ = [
     "PlanFileError",
@@ -48,6 +50,8 @@ __all__ = [
     "check_plan_fields",
     "decode_array",
     "encode_array",
+    "plan_device",
+    "plan_versions",
     "ust_version",
 ]
 
@@ -60,6 +64,33 @@ class PlanFileError(UstError, ValueError):
 
 def ust_version() -> str:
     return __version__
+
+
+def plan_device(space: ExecutionSpace) -> str:
+    """The ``device`` of a saved plan: ``"cpu"``, or ``"cuda:0 NVIDIA H200 sm_90"`` (device index,
+    name and compute capability: what kernels, algorithms and reorderings are valid for)."""
+    if not space.is_cuda:
+        return "cpu"
+    device_id = space.device_id or 0
+    props = import_cupy().cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"cuda:{device_id} {name} sm_{props['major']}{props['minor']}"
+
+
+def plan_versions(
+    space: ExecutionSpace, libraries: Mapping[str, Callable[[], object]] | None = None
+) -> dict[str, str]:
+    """The ``versions`` of a saved plan: NumPy and SciPy, CuPy and the CUDA runtime on the GPU,
+    and the route's own ``libraries`` (name -> a function giving the version)."""
+    import scipy
+
+    versions = {"numpy": np.__version__, "scipy": scipy.__version__}
+    if space.is_cuda:
+        cupy = import_cupy()
+        versions["cupy"] = str(cupy.__version__)
+        versions["cuda_runtime"] = str(cupy.cuda.runtime.runtimeGetVersion())
+    versions.update({name: str(version()) for name, version in (libraries or {}).items()})
+    return versions
 
 
 def encode_array(a: Any) -> dict[str, Any]:
@@ -262,13 +293,23 @@ class StatefulOperation:
         """What a saved plan keeps (JSON-safe; arrays through :func:`encode_array`)."""
         raise NotImplementedError
 
+    def _plan_space(self) -> ExecutionSpace:
+        """The execution space the plan runs in (default: the ``space`` attribute, else the CPU)."""
+        space = getattr(self, "space", None)
+        return space if isinstance(space, ExecutionSpace) else CPU
+
+    def _plan_libraries(self) -> Mapping[str, Callable[[], object]]:
+        """Libraries of this operation's route beside NumPy / SciPy (and CuPy / the CUDA runtime on
+        the GPU): name -> a function giving its version (e.g. ``{"cudss": ...}``)."""
+        return {}
+
     def _plan_device(self) -> str:
-        """The device the plan is valid for, e.g. ``"cpu"`` or ``"cuda:0 NVIDIA H200"``."""
-        return "cpu"
+        """The device the plan is valid for, e.g. ``"cpu"`` or ``"cuda:0 NVIDIA H200 sm_90"``."""
+        return plan_device(self._plan_space())
 
     def _plan_versions(self) -> dict[str, str]:
         """Library versions the plan depends on (a mismatch re-plans)."""
-        return {}
+        return plan_versions(self._plan_space(), self._plan_libraries())
 
     # -------------------------------------------------------------------------- saved plans
 

@@ -5,16 +5,22 @@ Everything else in :mod:`ust.convert` is written once against ``xp`` (NumPy on t
 on the GPU).  The primitives here keep the *same contract* on both: a stable counting sort, a
 segment expansion, a segmented sum.  On the CPU the counting sort runs in SciPy's compiled
 ``coo_tocsr`` (a stable bucket pass, O(n + buckets)); on the GPU it is CuPy's radix argsort.
-Nothing here imports CuPy unless it is handed a CuPy array.
+Nothing here imports CuPy unless it is handed a CuPy array, or a route asks for it through
+:func:`import_cupy` (the one place outside ``ust.backends.cuda`` and the interop modules that
+imports CuPy: every other module goes through it, so a missing CuPy is always reported with the
+pip extra that installs it).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+from ust.runtime.errors import BackendUnavailableError, DeviceError
 
 __all__ = [
     "as_index",
@@ -22,8 +28,11 @@ __all__ = [
     "counting_sort",
     "device_of",
     "expand_segments",
+    "gpu_available",
+    "import_cupy",
     "is_cupy",
     "namespace",
+    "require_device",
     "segment_sum",
     "stable_order",
     "to_host",
@@ -43,6 +52,48 @@ def bucket_limit(n: int) -> int:
     return min(_MAX_BUCKETS, max(_MIN_BUCKETS, _BUCKETS_PER_KEY * n))
 
 
+# ----------------------------------------------------------------------------- CuPy, on demand
+
+
+def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
+    """The ``cupy`` module (or a CuPy submodule such as ``"cupyx.scipy.sparse"``), or
+    BackendUnavailableError naming the pip extra that installs it.
+
+    Not cached: the import system already is, and tests may stand a fake CuPy in.
+    """
+    if module != "cupy" and module.partition(".")[0] not in ("cupy", "cupyx"):
+        raise ValueError(f"import_cupy imports CuPy modules only, not {module!r}")
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"CuPy is needed to run on the GPU but cannot be imported ({exc}); "
+            'for CUDA 12 use pip install "ust[cu12]"',
+            pip_command=f'pip install "ust[{extra}]"',
+        ) from None
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """True when CuPy imports and at least one CUDA device answers (checked once per process)."""
+    try:
+        cupy = importlib.import_module("cupy")
+        return int(cupy.cuda.runtime.getDeviceCount()) > 0
+    except Exception:  # ImportError, or CUDA driver errors of any kind
+        return False
+
+
+def require_device(device_id: int | None = None) -> ModuleType:
+    """CuPy, after checking a CUDA device answers; else a clear error before any work."""
+    cupy = import_cupy()
+    if not gpu_available():
+        raise DeviceError("a GPU execution space was asked for, but CuPy sees no usable CUDA device")
+    count = int(cupy.cuda.runtime.getDeviceCount())
+    if device_id is not None and device_id >= count:
+        raise DeviceError(f"CUDA device {device_id} does not exist; this machine has {count} device(s)")
+    return cupy
+
+
 def is_cupy(a: Any) -> bool:
     """True for a CuPy ndarray (checked by module name: CuPy is never imported here)."""
     return type(a).__module__.split(".", 1)[0] == "cupy"
@@ -51,9 +102,7 @@ def is_cupy(a: Any) -> bool:
 def namespace(a: Any) -> ModuleType:
     """NumPy or CuPy, whichever ``a`` belongs to."""
     if is_cupy(a):
-        import cupy
-
-        return cupy
+        return import_cupy()
     return np
 
 

@@ -9,13 +9,12 @@ naming the level and what is wrong, before any work is done with the buffers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ust.formats.analysis import entries_unique, lex_sorted
-from ust.formats.model import Format, LevelFormat
+from ust.formats.model import LevelFormat
 from ust.runtime import xp as _xp
 from ust.runtime.errors import DeviceError, FormatError, ShapeError, UnsupportedError
 from ust.tensor.buffers import Buffers
@@ -89,15 +88,27 @@ def check_buffers(bufs: Buffers, depth: str = "full") -> None:
     bounds = fmt.lvl_bounds(shape)
     nb = fmt.nbatch
     if nb:
-        _check_batched(xp, shape, fmt, nb, bounds, pos, crd, values, depth)
+        _check_batched(xp, bufs, nb, bounds, depth)
     else:
-        _check_flat(xp, shape, fmt, bounds, pos, crd, values, depth)
+        _check_flat(xp, bufs, bounds, depth)
     if depth == "full" and lex_sorted(fmt):
         _check_order(bufs)
 
 
-def _min_max(a: Any) -> tuple[int, int]:
-    return int(a.min()), int(a.max())
+def _check_range(k: int, c: Any, lo: int, hi: int) -> None:
+    """The coordinates ``c`` of level ``k`` (not empty) lie in ``[lo, hi)``."""
+    cmin, cmax = int(c.min()), int(c.max())
+    if cmin < lo or cmax >= hi:
+        bad = cmin if cmin < lo else cmax
+        raise _fail(k, f"coordinate {bad} is outside the level's range [{lo}, {hi})", ShapeError)
+
+
+def _check_loose(xp: Any, k: int, lohi: Any, limit: int, what: str) -> None:
+    """The (lo, hi) pairs of a loose_compressed ``pos`` (flat or one row per member) satisfy
+    ``0 <= lo <= hi <= limit``."""
+    lo, hi = lohi[..., 0::2], lohi[..., 1::2]
+    if lo.size and (bool(xp.any(lo > hi)) or int(lo.min()) < 0 or int(hi.max()) > limit):
+        raise _fail(k, f"loose pos pairs must satisfy 0 <= lo <= hi <= {what}")
 
 
 def _check_pos(xp: Any, k: int, ptr: Any, nparents: int, axis_last: bool = False) -> None:
@@ -114,16 +125,8 @@ def _check_pos(xp: Any, k: int, ptr: Any, nparents: int, axis_last: bool = False
         raise _fail(k, "pos must be non-decreasing")
 
 
-def _check_flat(
-    xp: Any,
-    shape: tuple[int, ...],
-    fmt: Format,
-    bounds: tuple[tuple[int, int], ...],
-    pos: Sequence[Any],
-    crd: Sequence[Any],
-    values: Any,
-    depth: str,
-) -> None:
+def _check_flat(xp: Any, bufs: Buffers, bounds: tuple[tuple[int, int], ...], depth: str) -> None:
+    fmt, pos, crd, values = bufs.format, bufs.pos, bufs.crd, bufs.values
     P = 1
     for k, lv in enumerate(fmt.levels):
         lo_k, hi_k = bounds[k]
@@ -148,9 +151,7 @@ def _check_flat(
                 raise _fail(
                     k, f"loose pos has {lohi.shape[0]} entries, expected {2 * P} (lo, hi pairs)", ShapeError
                 )
-            lo, hi = lohi[0::2], lohi[1::2]
-            if P and (bool(xp.any(lo > hi)) or int(lo.min()) < 0 or int(hi.max()) > c.shape[0]):
-                raise _fail(k, "loose pos pairs must satisfy 0 <= lo <= hi <= len(crd)")
+            _check_loose(xp, k, lohi, int(c.shape[0]), "len(crd)")
             P = int(c.shape[0])
             live_crd = None  # holes may hold anything; checked through the live entries below
         elif f is LevelFormat.SINGLETON:
@@ -167,29 +168,17 @@ def _check_flat(
             lo_k, hi_k = 0, m
             P *= n
         if depth != "structure" and live_crd is not None and live_crd.shape[0]:
-            cmin, cmax = _min_max(live_crd)
-            if cmin < lo_k or cmax >= hi_k:
-                bad = cmin if cmin < lo_k else cmax
-                raise _fail(k, f"coordinate {bad} is outside the level's range [{lo_k}, {hi_k})", ShapeError)
+            _check_range(k, live_crd, lo_k, hi_k)
     if values.ndim != 1 or values.shape[0] != P:
         raise ShapeError(
             f"values must be 1-D of length {P} (the last level's positions), got shape {values.shape}"
         )
     if depth != "structure" and any(lv.format is LevelFormat.LOOSE_COMPRESSED for lv in fmt.levels):
-        _check_live_bounds(Buffers(shape, fmt, tuple(pos), tuple(crd), values), bounds)
+        _check_live_bounds(bufs, bounds)
 
 
-def _check_batched(
-    xp: Any,
-    shape: tuple[int, ...],
-    fmt: Format,
-    nb: int,
-    bounds: tuple[tuple[int, int], ...],
-    pos: Sequence[Any],
-    crd: Sequence[Any],
-    values: Any,
-    depth: str,
-) -> None:
+def _check_batched(xp: Any, bufs: Buffers, nb: int, bounds: tuple[tuple[int, int], ...], depth: str) -> None:
+    fmt, pos, crd, values = bufs.format, bufs.pos, bufs.crd, bufs.values
     B = 1
     for k in range(nb):
         B *= bounds[k][1] - bounds[k][0]
@@ -217,9 +206,7 @@ def _check_batched(
             if pos[k].shape[1] != 2 * cap:
                 raise _fail(k, f"loose pos needs {2 * cap} entries per member", ShapeError)
             new_cap = int(crd[k].shape[1])
-            lo, hi = pos[k][:, 0::2], pos[k][:, 1::2]
-            if B and cap and (bool(xp.any(lo > hi)) or int(lo.min()) < 0 or int(hi.max()) > new_cap):
-                raise _fail(k, "loose pos pairs must satisfy 0 <= lo <= hi <= capacity")
+            _check_loose(xp, k, pos[k], new_cap, "capacity")
             cap = new_cap
         elif f is LevelFormat.SINGLETON:
             if crd[k].shape[1] != cap:
@@ -231,7 +218,7 @@ def _check_batched(
     if values.ndim != 2 or values.shape != (B, cap):
         raise ShapeError(f"values of a batched tensor must have shape ({B}, {cap}), got {values.shape}")
     if depth != "structure":
-        _check_live_bounds(Buffers(shape, fmt, tuple(pos), tuple(crd), values), bounds)
+        _check_live_bounds(bufs, bounds)
 
 
 def _check_live_bounds(bufs: Buffers, bounds: tuple[tuple[int, int], ...]) -> None:
@@ -244,10 +231,7 @@ def _check_live_bounds(bufs: Buffers, bounds: tuple[tuple[int, int], ...]) -> No
         if fmt.levels[k].format is LevelFormat.STRUCTURED:
             lo_k, hi_k = 0, fmt.levels[k].type.m
         if c.shape[0]:
-            cmin, cmax = _min_max(c)
-            if cmin < lo_k or cmax >= hi_k:
-                bad = cmin if cmin < lo_k else cmax
-                raise _fail(k, f"coordinate {bad} is outside the level's range [{lo_k}, {hi_k})", ShapeError)
+            _check_range(k, c, lo_k, hi_k)
 
 
 def _unpack_raw(bufs: Buffers) -> Any:

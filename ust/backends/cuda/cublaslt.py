@@ -1052,15 +1052,6 @@ class GpuMatmul:
         self.ops.clear()
 
 
-def device_description(device_id: int) -> str:
-    """``"cuda:0 NVIDIA H200 sm_90"``: what a saved cuBLASLt algorithm is valid for."""
-    import cupy
-
-    props = cupy.cuda.runtime.getDeviceProperties(device_id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return f"cuda:{device_id} {name} sm_{props['major']}{props['minor']}"
-
-
 # ----------------------------------------------------------------------------- exhaustive sweep
 # Every configuration cuBLASLt accepts for one problem: the exhaustive side of autotuning.
 #

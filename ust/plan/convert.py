@@ -1,0 +1,158 @@
+"""The planner's view of a conversion, and the routes its ``"convert"`` rules name.
+
+A conversion's :class:`ConvertProblem` names the source's library layout (``"CSR"``,
+``"BSR"``, ..., ``"OTHER"``) as its format class and the target's in ``other``, and says what
+the pair tables of :mod:`ust.convert.routes` offer for the pair (a direct library call, a
+coordinate twin, a staged route through CSR).  The rules (:mod:`ust.plan.rules`) choose in
+table order; each route's ``build(t, fmt)`` returns the typed
+:class:`~ust.convert.routes.ConvertStep` list that :func:`ust.convert.routes.convert` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ust.convert.dia import is_dia
+from ust.convert.layouts import coordinate_twin, library_layout
+from ust.convert.routes import CUPYX_DTYPES, ConvertStep, general_step, library_step
+from ust.formats.library import get as get_format
+from ust.formats.model import Format
+from ust.plan.planner import Decision, choose, decide
+from ust.plan.routes import Route, register
+from ust.plan.rules import Problem
+from ust.tensor.dispatch import CONVERSIONS
+from ust.tensor.dispatch import register as register_conversion
+
+__all__ = ["ConvertProblem", "convert_problem", "plan_convert"]
+
+
+@dataclass(frozen=True)
+class ConvertProblem(Problem):
+    """A :class:`~ust.plan.rules.Problem` for ``t.convert(fmt)`` (see the module docstring)."""
+
+    other: str = ""  # the target's library layout, upper case, or "OTHER"
+    dia_source: bool = False  # GPU: a DIA source (its masked compaction)
+    fits_int32: bool = True  # cupyx's conversions index with 32 bits
+    library_pair: bool = False  # the device's pair table converts source -> target directly
+    twin: bool = False  # GPU: the target is the source's coordinate twin
+    staged: bool = False  # CPU: canonical BSR / DIA source, target not CSR: through CSR first
+    bsr_target: bool = False  # CPU: canonical BSR target from a source that is not CSR
+
+
+def _layout_name(fmt: Format) -> tuple[str, bool]:
+    lay = library_layout(fmt)
+    return ("OTHER", False) if lay is None else (lay.name.upper(), lay.canonical)
+
+
+def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
+    """What the planner knows about ``t.convert(fmt)``."""
+    on_gpu = t.device != "cpu"
+    src, src_canonical = _layout_name(t.format)
+    dst, dst_canonical = _layout_name(fmt)
+    csr = get_format("CSR")
+    staged = bool(
+        not on_gpu
+        and src_canonical
+        and src in ("BSR", "DIA")
+        and fmt != csr
+        and library_step(t.format, csr, False) is not None
+    )
+    bsr_target = bool(
+        not on_gpu
+        and dst_canonical
+        and dst == "BSR"
+        and t.format != csr
+        and library_step(csr, fmt, False) is not None
+    )
+    return ConvertProblem(
+        op="convert",
+        device="cuda" if on_gpu else "cpu",
+        format_class=src,
+        format_params=(),
+        canonical=src_canonical,
+        dtype=str(np.dtype(t.dtype)),
+        index_dtype=str(np.dtype(t.index_dtype)),
+        plain=True,
+        ndim=t.ndim,
+        max_extent=max(t.shape, default=0),
+        other=dst,
+        dia_source=on_gpu and is_dia(t.format),
+        fits_int32=max(t.nse, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
+        library_pair=library_step(t.format, fmt, on_gpu) is not None,
+        twin=on_gpu and fmt == coordinate_twin(t.format),
+        staged=staged,
+        bsr_target=bsr_target,
+    )
+
+
+# ----------------------------------------------------------------------------- the routes: build(t, fmt)
+
+
+def _general(t: Any, fmt: Format) -> list[ConvertStep]:
+    return [general_step(fmt)]
+
+
+def _library(t: Any, fmt: Format) -> list[ConvertStep]:
+    step = library_step(t.format, fmt, t.device != "cpu")
+    assert step is not None  # the rule's condition says the pair table has it
+    return [step]
+
+
+def _twin(t: Any, fmt: Format) -> list[ConvertStep]:
+    return [ConvertStep("twin", "cupyx csr.tocoo (cuSPARSE) on the level coordinates", fmt)]
+
+
+def _staged(t: Any, fmt: Format) -> list[ConvertStep]:
+    """CPU, a canonical BSR / DIA source: SciPy to CSR first, then CSR -> target."""
+    csr = get_format("CSR")
+    first = library_step(t.format, csr, False)
+    assert first is not None
+    rest = library_step(csr, fmt, False)
+    return [first, rest if rest is not None else general_step(fmt)]
+
+
+def _general_then_bsr(t: Any, fmt: Format) -> list[ConvertStep]:
+    """CPU, a canonical BSR target: the general path to CSR, then the C merge kernel."""
+    csr = get_format("CSR")
+    last = library_step(csr, fmt, False)
+    assert last is not None
+    return [general_step(csr), last]
+
+
+def _dia_compaction(t: Any, fmt: Format) -> list[ConvertStep]:
+    """GPU, DIA source: straight to CSR or CSC (column-major targets through CSC), then on."""
+    by_column = fmt.levels[0].expr.dims == (1,)  # DCSC, CSC, column-major COO, ...
+    mid = get_format("CSC" if by_column else "CSR")
+    first = ConvertStep(
+        "dia", f"DIA -> {'CSC' if by_column else 'CSR'} (masked compaction)", mid, by_column=by_column
+    )
+    if fmt == mid:
+        return [first]
+    rest = library_step(mid, fmt, True)
+    return [first, rest if rest is not None else general_step(fmt)]
+
+
+for _name, _build in (
+    ("general", _general),
+    ("library", _library),
+    ("twin", _twin),
+    ("staged", _staged),
+    ("general-then-bsr", _general_then_bsr),
+    ("dia-compaction", _dia_compaction),
+):
+    register(Route("convert", _name, _build))
+del _name, _build
+
+
+@register_conversion(CONVERSIONS, "plan_convert")
+def plan_convert(t: Any, fmt: Format, route: str | None = None) -> tuple[list[ConvertStep], Decision]:
+    """The steps of ``t.convert(fmt)`` and the decision behind them (``route=`` forces one of the
+    candidates; ``"general"`` is one for every conversion)."""
+    from ust.plan.routes import route_of
+
+    p = convert_problem(t, fmt)
+    d = decide(p) if route is None else choose(p, route)  # every conversion logs on ust.convert already
+    return route_of(d.rule).build(t, fmt), d
