@@ -164,7 +164,10 @@ def pack(
     n = int(values.shape[0])
     wdt = _xp.work_dtype(n)
     if ptr0 is not None and not keep_dups:
-        quick = _two_levels_from_buckets(xp, fmt, shape, ptr0, c[1], values, max_padding)
+        # COO-like targets: level 0's coordinates are built straight in the result's dtype (an
+        # int64 result: no int32 array and cast)
+        itype_coo = _result_index_dtype(index_dtype, source_index_dtype, fmt, shape, [n], n)
+        quick = _two_levels_from_buckets(xp, fmt, shape, ptr0, c[1], values, max_padding, itype_coo)
         if quick is not None:
             pos_q, crd_q, values, counts_q = quick
             itype = _result_index_dtype(
@@ -188,6 +191,23 @@ def pack(
     P = 1  # positions of the previous level
     pe: Any = None  # per-entry position at the previous level (None: the root, all 0)
     bnd: Any = None  # per-entry "starts a new position at the previous level" (None: root)
+    # after a compressed level where every entry got its own position, ``pe`` is 0..n-1 and
+    # ``bnd`` all True: both are built only if a later level reads them (a COO or CSR target
+    # never does)
+    pe_ident = bnd_all = False
+
+    def cur_pe() -> Any:
+        nonlocal pe, pe_ident
+        if pe_ident:
+            pe, pe_ident = xp.arange(n, dtype=wdt), False
+        return pe
+
+    def cur_bnd() -> Any:
+        nonlocal bnd, bnd_all
+        if bnd_all:
+            bnd, bnd_all = xp.ones(n, dtype=bool), False
+        return bnd
+
     first: Any = None  # first entry of each position at the previous level (None: identity)
     counts_per_level: list[int] = []
     for k, lv in enumerate(fmt.levels):
@@ -198,16 +218,17 @@ def pack(
             if P * max(S, 1) > 2**62:
                 _check_padding(fmt, shape, P * S, n, max_padding)
             pdt = _xp.work_dtype(max(P, 1) * max(S, 1))  # S itself must fit (P = 0: no entries)
-            pe = c[k].astype(pdt, copy=False) if pe is None else pe.astype(pdt, copy=False) * S + c[k]
+            at_root = pe is None and not pe_ident
+            pe = c[k].astype(pdt, copy=False) if at_root else cur_pe().astype(pdt, copy=False) * S + c[k]
             P *= S
-            if k + 1 < L and n:
+            if k + 1 < L and n and not bnd_all:  # all True stays all True
                 bnd = change(k) if bnd is None else bnd | change(k)
                 first = None  # recomputed lazily by a sparse child
             counts_per_level.append(P)
             continue
         if f is LevelFormat.STRUCTURED:
             crd[k], values, P = _structured(
-                xp, lv.type.n, lv.type.m, pe, P, c[k], values, prune, fmt, shape, max_padding
+                xp, lv.type.n, lv.type.m, cur_pe(), P, c[k], values, prune, fmt, shape, max_padding
             )
             pe = None
             counts_per_level.append(P)
@@ -226,7 +247,7 @@ def pack(
             Pk = n
             pe_k = None
         else:
-            b = change(k) if bnd is None else bnd | change(k)
+            b = change(k) if bnd is None and not bnd_all else cur_bnd() | change(k)
             for j in range(k + 1, end + 1):
                 b = b | change(j)
             new_first = xp.flatnonzero(b)
@@ -234,7 +255,7 @@ def pack(
             pe_k = xp.cumsum(b, dtype=wdt) - 1
             bnd = b
         crd[k] = _shift(c[k] if new_first is None else c[k][new_first], lo)
-        if pe is None:
+        if pe is None and not pe_ident:
             ptr = xp.asarray(np.array([0, Pk], dtype=np.int64))
         elif ptr0 is not None and k == 1 and new_first is None:
             # level 0's counting pass already counted the children of every level-0 position
@@ -243,7 +264,7 @@ def pack(
             else:
                 ptr = xp.concatenate([ptr0[:1], ptr0[1:][xp.diff(ptr0) > 0]])
         else:
-            parents = pe if new_first is None else pe[new_first]
+            parents = cur_pe() if new_first is None else cur_pe()[new_first]
             if P > (1 << 27):  # the parents' pointers: O(P) inherent (a dense level above)
                 check_bytes(xp, 8 * (P + 1), f"pos({k}) of a {shape} tensor as {_name(fmt)}")
             ptr = _pointers(xp, parents, P, Pk)
@@ -253,15 +274,16 @@ def pack(
             lohi[1::2] = ptr[1:]
             ptr = lohi
         pos[k] = ptr
-        pe = xp.arange(n, dtype=wdt) if pe_k is None and new_first is None else pe_k
+        pe_ident = pe_k is None and new_first is None
+        pe = None if pe_ident else pe_k
         if new_first is None and k + 1 < L:
-            bnd = xp.ones(n, dtype=bool)
+            bnd, bnd_all = None, True
         first = new_first
         P = Pk
         counts_per_level.append(P)
     if not structured:
         _check_padding(fmt, shape, P, n, max_padding)
-        if pe is not None and not (n == P and _is_identity(xp, pe, n)):
+        if not pe_ident and pe is not None and not (n == P and _is_identity(xp, pe, n)):
             out = xp.zeros(P, dtype=values.dtype)
             out[pe] = values
             values = out
@@ -284,6 +306,7 @@ def _two_levels_from_buckets(
     c1: Any,
     values: Any,
     max_padding: int | None,
+    coo_dtype: Any,
 ) -> tuple[list[Any], list[Any], Any, list[int]] | None:
     """Two-level targets built straight from level 0's counting pass (its bucket pointers):
     CSC/CSR (dense, compressed), DCSC/DCSR (compressed, compressed), COO-like
@@ -301,7 +324,7 @@ def _two_levels_from_buckets(
     root = xp.asarray(np.array([0, 0], dtype=np.int64))
     if f1 is LevelFormat.SINGLETON:  # COO: one level-0 position per entry
         root[1] = n
-        c0 = _xp.expand_segments(xp, counts, n, wdt)
+        c0 = _xp.expand_segments(xp, counts, n, coo_dtype)
         return [root, None], [_shift(c0, lo0), _shift(c1, lo1)], values, [n, n]
     if not fmt.levels[0].type.unique:
         return None

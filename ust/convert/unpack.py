@@ -142,6 +142,10 @@ def unpack(t: Tensor | Buffers, *, keep_zeros: bool | None = None, keep_padding:
         return _unpack_dense(t, bounds)
     levels, vals = flat_buffers(t)
     wdt = _xp.work_dtype(t.nse, *t.shape, *(hi - lo for lo, hi in bounds))
+    # the dtype an upper level's coordinates are gathered in (one per entry below it): int32
+    # where every level coordinate fits, so an int64 source (DCSC, DCSR, CSF) gathers half the
+    # bytes, and the int32 keys of a counting pass after it need no cast
+    cdt = _xp.work_dtype(*(max(abs(lo), abs(hi)) for lo, hi in bounds))
 
     live: Any = None  # explicit live positions of the current level, or None: 0..P-1 all live
     P = 1
@@ -181,7 +185,7 @@ def unpack(t: Tensor | Buffers, *, keep_zeros: bool | None = None, keep_padding:
                 starts = xp.cumsum(counts, dtype=wdt) - counts
                 child = lo[seg].astype(wdt) + (xp.arange(total, dtype=wdt) - starts[seg])
             parent = seg if live is None else live[seg]
-            coords = [c.of(parent) if isinstance(c, _Affine) else c[seg] for c in coords]
+            coords = [c.of(parent) if isinstance(c, _Affine) else _xp.as_index(c, cdt)[seg] for c in coords]
             if child is None:
                 coords.append(fl.crd[:total])
             else:

@@ -115,6 +115,7 @@ class CudssEngine:
             if user_tree is not None and hasattr(e, "set_user_partition_tree"):
                 e.set_user_partition_tree(user_tree)
         e.execute("analysis")
+        self.sync()  # the phase has finished before its info is read (as before the engine protocol)
         info = e.info()
         if info != 0:
             raise SingularMatrixError(
@@ -130,6 +131,7 @@ class CudssEngine:
     def factorize(self, phase: str = "factorization") -> dict[str, Any]:
         e = self.inner
         e.execute(phase)
+        self.sync()
         info = e.info()
         if info != 0:
             raise SingularMatrixError(
