@@ -86,14 +86,6 @@ REORDERINGS = (
     "natural",
     "none",
 )
-MEMORY_ESTIMATE_FIELDS = (
-    "permanent_device_memory",
-    "peak_device_memory",
-    "permanent_host_memory",
-    "peak_host_memory",
-    "hybrid_min_device_memory",
-    "hybrid_max_device_memory",
-)
 SOLVE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
 #: Refinement steps tried, at most, when a factorisation with small pivots leaves a relative
 #: residual above the tolerance (they stop early once the residual stops halving).

@@ -124,14 +124,7 @@ class Placement:
         if x is None:
             return None
         moved = to_package(x, self.xp_name, self.space)
-        if moved.nbytes and logger is not None:
-            logger.info(
-                "moved %d bytes%s to %s in %.3f ms",
-                moved.nbytes,
-                f" of {what}" if what else "",
-                self.space.describe(),
-                1e3 * moved.seconds,
-            )
+        _log_transfer(logger, moved, what, "to", self.space)
         return moved.array
 
     def tensor(self, t: Any) -> Any:
@@ -151,14 +144,7 @@ class Placement:
             moved = to_space(result, self.home)
         else:
             moved = to_package(result, _DENSE_PACKAGE.get(self.package, self.package), self.home)
-        if moved.nbytes and logger is not None:
-            logger.info(
-                "moved %d bytes%s back to %s in %.3f ms",
-                moved.nbytes,
-                f" of {what}" if what else "",
-                self.home.describe(),
-                1e3 * moved.seconds,
-            )
+        _log_transfer(logger, moved, what, "back to", self.home)
         return moved.array
 
     def stream(self, stream: Any = None) -> int:
@@ -176,3 +162,16 @@ class Placement:
         if self.device_id == cupy.cuda.runtime.getDevice():  # the common case: no device switch
             return int(cupy.cuda.get_current_stream().ptr)
         return int(current_stream("cupy", self.device_id).ptr)
+
+
+def _log_transfer(logger: logging.Logger | None, moved: Any, what: str, direction: str, space: Any) -> None:
+    """The INFO line for bytes that crossed a bus (nothing when none did or no logger is given)."""
+    if moved.nbytes and logger is not None:
+        logger.info(
+            "moved %d bytes%s %s %s in %.3f ms",
+            moved.nbytes,
+            f" of {what}" if what else "",
+            direction,
+            space.describe(),
+            1e3 * moved.seconds,
+        )

@@ -12,23 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from ust.backends.cuda.cudss import MEMORY_ESTIMATE_FIELDS
 from ust.backends.engines import Analysis
 from ust.runtime.errors import SingularMatrixError
 from ust.runtime.log import get_logger
 
-__all__ = ["MEMORY_ESTIMATE_FIELDS", "CudssEngine"]
+__all__ = ["CudssEngine"]
 
 _log = get_logger("linalg")
-
-#: The fields of CUDSS_DATA_MEMORY_ESTIMATES, in order.
-MEMORY_ESTIMATE_FIELDS = (
-    "permanent_device_memory",
-    "peak_device_memory",
-    "permanent_host_memory",
-    "peak_host_memory",
-    "hybrid_min_device_memory",
-    "hybrid_max_device_memory",
-)
 
 
 class CudssEngine:
