@@ -17,7 +17,6 @@ Every function has a stateful twin (plan once, execute many, ``reset_operands``,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -438,39 +437,13 @@ class Matmul(StatefulOperation):
         _log.info("dense matmul route: %s (epilog %s)", self._runner.route, name)
 
     def _make_runner(self, algorithm: Any) -> Any:
-        s, ops = self._shape, self._ops
-        if self._place.space.is_cuda and 0 in (s.m, s.n, s.k):
-            return _EmptyMatmul(import_cupy(), s.d_shape, s.dtype, self._epilog)
-        if self._place.space.is_cuda:
-            from ust.backends.cuda.cublaslt import GpuMatmul
+        """The runner of the route the planner picks for this device and shape (see _build_*)."""
+        from ust.plan.planner import choose
+        from ust.plan.routes import lookup
 
-            return GpuMatmul(
-                a=ops["a"],
-                b=ops["b"],
-                c=ops["c"],
-                bias=ops["bias"],
-                bias_kind=self._bias_kind,
-                mnk=(s.m, s.n, s.k),
-                batch=s.batch,
-                epilog=self._epilog,
-                device_id=self._place.device_id,
-                tf32=self.options.tf32,
-                workspace_limit=self.options.workspace_limit,
-                max_algorithms=self.options.max_algorithms,
-                algorithm=algorithm,
-            )
-        from ust.backends.cpu.dense import CpuMatmul
-        from ust.backends.cuda.cublaslt import choose_d_order  # pure layout logic; loads no library
-
-        if self.options.tf32:
-            _log.info("tf32 has no effect on the CPU")
-        return CpuMatmul(
-            dtype=s.dtype,
-            out_shape=s.d_shape,
-            k=s.k,
-            epilog=self._epilog,
-            order=choose_d_order(self._bias_kind, ops["c"]),
-        )
+        s = self._shape
+        problem = dense_problem("dense_matmul", self._place.space, s.dtype, empty=0 in (s.m, s.n, s.k))
+        return lookup("dense_matmul", choose(problem).route).build(self, algorithm)
 
     def autotune(
         self, iterations: int = 10, *, algorithms: int = 32, search: str = "heuristic", stream: Any = None
@@ -975,6 +948,15 @@ class _CpuFFT:
 
         return cpu.fft(self.kind, x, self.n, self.axes, self.norm, self.workers)
 
+    def run(self, x: Any, epilog: Any, args: tuple[Any, ...], stream: int | None) -> Any:
+        """The transform of ``x`` with ``epilog`` applied (``stream``: unused on the CPU)."""
+        y = self.execute(x)
+        return y if epilog is None else _cpu_epilog(y, epilog, args)
+
+    def payload(self) -> dict[str, Any]:
+        """What a saved plan records of this runner."""
+        return {"workers": self.workers}
+
 
 class FFT(StatefulOperation):
     """One transform planned once and executed many times: ``FFT(x, "rfft").plan(); y = fft.execute()``.
@@ -1024,35 +1006,17 @@ class FFT(StatefulOperation):
         self._epilog_args = tuple(self._place.move(v, _log) if hasattr(v, "shape") else v for v in args)
         if self._runner is not None and hasattr(self._runner, "free"):
             self._runner.free()
-        if self._place.space.is_cuda:
-            from ust.backends.cuda.cufft import GpuFFT
+        from ust.plan.planner import choose
+        from ust.plan.routes import lookup
 
-            self._runner = GpuFFT(
-                self._transform, self._x, self._n, self._axes, self._norm, self._place.device_id
-            )
-        else:
-            self._runner = _CpuFFT(self._transform, self._n, self._axes, self._norm, _workers(self.options))
+        decision = choose(dense_problem("fft", self._place.space, self._dtype))
+        self._runner = lookup("fft", decision.route).build(self)
         self._mark("plan")
         _log.info("FFT %s of %s %s: route %s", self._transform, self._dtype, self._shape, self._runner.route)
 
     def _execute(self, stream: Any = None) -> Any:  # type: ignore[override]
-        if self._place.space.is_cuda:
-            from ust.backends.cuda import cufft
-
-            ctx: Any = (
-                import_cupy().cuda.ExternalStream(self._place.stream(stream))
-                if stream is not None
-                else contextlib.nullcontext()
-            )
-            with ctx:
-                y = self._runner.execute(self._x)
-                if self._epilog is not None:
-                    y = cufft.apply_epilog(y, self._epilog, self._epilog_args)
-        else:
-            y = self._runner.execute(self._x)
-            if self._epilog is not None:
-                y = _cpu_epilog(y, self._epilog, self._epilog_args)
-        return self._place.back(y)
+        ptr = None if stream is None else self._place.stream(stream)
+        return self._place.back(self._runner.run(self._x, self._epilog, self._epilog_args, ptr))
 
     def _reset_operands(self, x: Any = None) -> None:  # type: ignore[override]
         if x is None:
@@ -1097,12 +1061,7 @@ class FFT(StatefulOperation):
         }
 
     def _plan_payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"route": self._runner.route, "key": self._key()}
-        if self._place.space.is_cuda:
-            payload["direct"] = self._runner.direct is not None
-        else:
-            payload["workers"] = self._runner.workers
-        return payload
+        return {"route": self._runner.route, "key": self._key(), **self._runner.payload()}
 
     def _plan_space(self) -> ExecutionSpace:
         return self._place.space
@@ -1140,8 +1099,8 @@ class FFT(StatefulOperation):
 
 
 # ----------------------------------------------------------------------------- the planner's rules
-# The "dense_matmul" and "fft" rules (ust.plan.rules) name these routes; the runners are built by
-# Matmul._make_runner / FFT.plan, which the routes' build delegates to.
+# The "dense_matmul" and "fft" rules (ust.plan.rules) name these routes; Matmul._make_runner and
+# FFT.plan ask the planner for the route and call its build.
 
 
 def dense_problem(op: str, space: ExecutionSpace, dtype: Any, *, empty: bool = False) -> Any:
@@ -1162,21 +1121,74 @@ def dense_problem(op: str, space: ExecutionSpace, dtype: Any, *, empty: bool = F
     )
 
 
-def _matmul_route(m: Matmul, algorithm: Any = None) -> Any:
-    return m._make_runner(algorithm)
+def _build_empty(m: Matmul, algorithm: Any = None) -> Any:
+    """GPU, m, n or k is 0: D is C scaled by beta, or zeros (cuBLASLt refuses empty shapes)."""
+    return _EmptyMatmul(import_cupy(), m._shape.d_shape, m._shape.dtype, m._epilog)
 
 
-def _fft_route(f: FFT, epilog: Any = None, epilog_args: Any = ()) -> Any:
-    return f.plan(epilog, epilog_args)
+def _build_cublaslt(m: Matmul, algorithm: Any = None) -> Any:
+    """GPU: a cuBLASLt matmul descriptor with the epilogue fused (``algorithm``: a saved one)."""
+    from ust.backends.cuda.cublaslt import GpuMatmul
+
+    s, ops = m._shape, m._ops
+    return GpuMatmul(
+        a=ops["a"],
+        b=ops["b"],
+        c=ops["c"],
+        bias=ops["bias"],
+        bias_kind=m._bias_kind,
+        mnk=(s.m, s.n, s.k),
+        batch=s.batch,
+        epilog=m._epilog,
+        device_id=m._place.device_id,
+        tf32=m.options.tf32,
+        workspace_limit=m.options.workspace_limit,
+        max_algorithms=m.options.max_algorithms,
+        algorithm=algorithm,
+    )
+
+
+def _build_numpy(m: Matmul, algorithm: Any = None) -> Any:
+    """CPU: BLAS gemm through SciPy (NumPy's matmul for other dtypes), D in the order the bias wants."""
+    from ust.backends.cpu.dense import CpuMatmul
+    from ust.backends.cuda.cublaslt import choose_d_order  # pure layout logic; loads no library
+
+    if m.options.tf32:
+        _log.info("tf32 has no effect on the CPU")
+    s = m._shape
+    return CpuMatmul(
+        dtype=s.dtype,
+        out_shape=s.d_shape,
+        k=s.k,
+        epilog=m._epilog,
+        order=choose_d_order(m._bias_kind, m._ops["c"]),
+    )
+
+
+def _build_cufft(f: FFT) -> Any:
+    """GPU: a cuFFT plan for this shape, dtype and axes (called directly for contiguous 1-D data)."""
+    from ust.backends.cuda.cufft import GpuFFT
+
+    return GpuFFT(f._transform, f._x, f._n, f._axes, f._norm, f._place.device_id)
+
+
+def _build_scipy_fft(f: FFT) -> Any:
+    """CPU: scipy.fft with the configured worker threads (it keeps its own plan cache)."""
+    return _CpuFFT(f._transform, f._n, f._axes, f._norm, _workers(f.options))
 
 
 def _register_routes() -> None:
     from ust.plan.routes import Route, register
 
-    for name in ("cublasLt", "empty", "numpy"):
-        register(Route("dense_matmul", name, _matmul_route))
-    for name in ("cufft", "scipy.fft"):
-        register(Route("fft", name, _fft_route))
+    builds: tuple[tuple[str, str, Callable[..., Any]], ...] = (
+        ("dense_matmul", "cublasLt", _build_cublaslt),
+        ("dense_matmul", "empty", _build_empty),
+        ("dense_matmul", "numpy", _build_numpy),
+        ("fft", "cufft", _build_cufft),
+        ("fft", "scipy.fft", _build_scipy_fft),
+    )
+    for op, name, build in builds:
+        register(Route(op, name, build, doc=build.__doc__ or ""))
 
 
 _register_routes()

@@ -12,6 +12,7 @@ An elementwise epilogue on the output runs as one extra kernel: a ufunc in place
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import Any
@@ -119,6 +120,17 @@ class GpuFFT:
                     _log.info("cuFFT plan: %s kept for cupyx.scipy.fft.%s", type(plan).__name__, kind)
             except Exception as exc:  # layouts cuFFT plans do not cover: CuPy's own path per call
                 _log.info("no reusable cuFFT plan for this %s (%s); CuPy plans per call", kind, exc)
+
+    def run(self, x: Any, epilog: Any, args: tuple[Any, ...], stream: int | None) -> Any:
+        """The transform of ``x`` with ``epilog`` applied, on ``stream`` (a pointer) or the current one."""
+        cp = self.cp
+        with cp.cuda.ExternalStream(stream) if stream is not None else contextlib.nullcontext():
+            y = self.execute(x)
+            return y if epilog is None else apply_epilog(y, epilog, args)
+
+    def payload(self) -> dict[str, Any]:
+        """What a saved plan records of this runner."""
+        return {"direct": self.direct is not None}
 
     def execute(self, x: Any) -> Any:
         cp = self.cp
