@@ -18,7 +18,15 @@ from ust.api.algebra import explain as explain_algebra
 from ust.api.matmul import Matmul, _is_dense_tensor, _is_sparse_operand
 from ust.plan.planner import Decision, decide
 
-__all__ = ["decision_lines", "explain", "explain_convert", "explain_dense", "explain_matmul", "explain_solve"]
+__all__ = [
+    "decision_lines",
+    "explain",
+    "explain_convert",
+    "explain_dense",
+    "explain_iterative",
+    "explain_matmul",
+    "explain_solve",
+]
 
 
 def decision_lines(d: Decision) -> list[str]:
@@ -34,7 +42,8 @@ def decision_lines(d: Decision) -> list[str]:
 def explain(op: str, *operands: Any, **kwargs: Any) -> str:
     """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
 
-    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"``,
+    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"`` (with
+    ``method=`` / ``M=``: the iterative solve),
     ``"dense_matmul"`` (operands: a, b), ``"fft"`` (operand: x), or one of the algebra ops
     (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``, ``"sum"``,
     ``"max"``, ``"min"``, ``"spgemm"``, ...).
@@ -51,6 +60,8 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
     if op == "convert":
         t, fmt = operands
         return explain_convert(t, fmt, **kwargs)
+    if op == "solve" and ("method" in kwargs or "M" in kwargs):
+        return explain_iterative(*operands, **kwargs)
     if op == "solve":
         return explain_solve(*operands, **kwargs)
     if op in ("dense_matmul", "fft"):
@@ -107,6 +118,48 @@ def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> s
     ]
     if ops != space:
         lines.append(f"transfers: A and b to {space.describe()}, x back to {ops.describe()} memory")
+    return "\n".join(lines)
+
+
+def explain_iterative(
+    a: Any,
+    b: Any = None,
+    *,
+    method: str = "cg",
+    M: Any = None,
+    execution: Any = None,
+    options: Any = None,
+) -> str:
+    """How an iterative solve would run: the method, the preconditioner, the SpMV route for A's
+    format and the convergence test, without building the preconditioner or iterating."""
+    from ust.api.iterative import IterativeOptions, IterativeSolver, iterative_problem
+    from ust.api.precond import PRECONDITIONERS
+    from ust.convert import asarray
+    from ust.runtime.errors import UnsupportedError
+
+    opts = IterativeOptions.coerce(options)
+    solver = IterativeSolver(a, method=method, M=M, execution=execution, options=opts)
+    if isinstance(M, str) and M not in PRECONDITIONERS:
+        raise UnsupportedError(f"unknown preconditioner {M!r}; choose one of {', '.join(PRECONDITIONERS)}")
+    dtype = np.dtype(getattr(a, "dtype", np.float64))
+    d = decide(iterative_problem(solver.space, dtype if dtype.kind in "fc" else np.float64, a))
+    every = opts.check_every if opts.check_every is not None else (8 if solver.space.is_cuda else 1)
+    lines = [
+        f"operation: iterative solve (A x = b by {method})",
+        f"execution space: {solver.space.describe()}",
+        *decision_lines(d),
+        "preconditioner: "
+        + ("none" if M is None else M if isinstance(M, str) else f"user operator ({type(M).__name__})"),
+        f"convergence: ||b - A x|| <= max(rtol * ||b||, atol), tested every {every} iteration(s), "
+        "confirmed on the true residual",
+    ]
+    if hasattr(a, "matvec") and not hasattr(a, "format") and not hasattr(a, "indptr"):
+        lines.append("SpMV: the LinearOperator's own matvec")
+    else:
+        t = asarray(a)
+        probe = t.xp.zeros(t.shape[1], dtype=t.dtype if t.dtype.kind in "fc" else np.float64)
+        spmv = Matmul(t, probe, execution=execution)
+        lines.append(f"SpMV: route {spmv.decision.route} ({spmv.decision.reason})")
     return "\n".join(lines)
 
 

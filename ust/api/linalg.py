@@ -63,12 +63,32 @@ __all__ = [
     "DirectSolver",
     "DirectSolverOptions",
     "FactorizationInfo",
+    "IterativeOptions",
+    "IterativeResult",
+    "IterativeSolver",
+    "IterativeSolverWarning",
     "PlanInfo",
     "backward_error",
+    "bicgstab",
+    "cg",
+    "gmres",
+    "minres",
     "relative_residual",
     "solution_error",
     "solve",
 ]
+
+# the Krylov solvers live in their own module; ``ust.linalg.cg`` is where users look for them
+from ust.api.iterative import (
+    IterativeOptions,
+    IterativeResult,
+    IterativeSolver,
+    IterativeSolverWarning,
+    bicgstab,
+    cg,
+    gmres,
+    minres,
+)
 
 _log = get_logger("linalg")
 

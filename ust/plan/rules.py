@@ -309,6 +309,16 @@ _SOLVE_RULES: tuple[Rule, ...] = (
          index_dtypes=ANY),
 )
 
+_ITERATIVE_RULES: tuple[Rule, ...] = (
+    Rule("iterative_solve", "cuda", ANY, "krylov",
+         "a Krylov iteration on the GPU: the planner's SpMV for A's own format ({fmt}), vector updates "
+         "as device array operations, the host reading a norm only at convergence tests",
+         dtypes=ANY, index_dtypes=ANY),
+    Rule("iterative_solve", "cpu", ANY, "krylov",
+         "a Krylov iteration on the CPU: the planner's SpMV for A's own format ({fmt}), vector updates "
+         "in NumPy", dtypes=ANY, index_dtypes=ANY),
+)
+
 _CONDITIONS["empty"] = lambda p: p.max_extent == 0  # dense problems: the smallest of m, n, k
 _DENSE_RULES: tuple[Rule, ...] = (
     Rule("dense_matmul", "cuda", ANY, "empty",
@@ -333,6 +343,7 @@ RULES: tuple[Rule, ...] = (
     *_algebra_rules(),
     *_CONVERT_RULES,
     *_SOLVE_RULES,
+    *_ITERATIVE_RULES,
     *_DENSE_RULES,
 )
 CONDITIONS: Mapping[str, Callable[[Problem], bool]] = MappingProxyType(_CONDITIONS)
@@ -354,6 +365,7 @@ PUBLIC_OPS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
         "min": (("min",), ("cpu", "cuda")),
         "convert": (("convert",), ("cpu", "cuda")),
         "solve": (("solve",), ("cpu", "cuda")),
+        "iterative_solve": (("iterative_solve",), ("cpu", "cuda")),
         "dense_matmul": (("dense_matmul",), ("cpu", "cuda")),
         "fft": (("fft",), ("cpu", "cuda")),
     }

@@ -1,0 +1,158 @@
+"""Krylov solves through ust.linalg, side by side with SciPy / CuPy / pyamg in the same run.
+
+CPU (the CI machine's job): 3-D Poisson m^3 (default 60^3), rtol 1e-8: ust CG (CSR and DIA,
+no preconditioner, Jacobi, AMG) and GMRES against SciPy's cg / gmres and pyamg's own
+solver.  GPU: Poisson 200^3 (8 M rows): ust CG + AMG against cupyx's cg (plain and Jacobi), and
+the time per CG + Jacobi iteration with the matrix in DIA vs CSR vs cupyx.  Every row has the
+iterations, the final true relative residual and the seconds (setup included, and the solve
+phase alone).
+
+    python -m benchmarks.bench_iterative [--device cpu|cuda] [--m 60] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+import ust
+from benchmarks.common import append_results, markdown, poisson3d
+
+RTOL = 1e-8
+
+
+def _row(name: str, a: Any, b: Any, run: Callable[[], tuple[Any, int, float, int]], xp: Any) -> dict[str, Any]:
+    """Run ``run`` (-> x, iterations, solve seconds, info) once warm, once timed; the total time
+    includes the setup ``run`` does (its preconditioner, its operator)."""
+    t0 = time.perf_counter()
+    x, iters, solve_s, info = run()
+    if xp is not np:
+        xp.cuda.Device().synchronize()
+    total = time.perf_counter() - t0
+    r = b - a @ x
+    rel = float(xp.linalg.norm(r) / xp.linalg.norm(b))
+    return {
+        "solver": name,
+        "iterations": iters,
+        "relative residual": rel,
+        "converged": info == 0 and rel <= RTOL * 1.0001,
+        "total s": total,
+        "solve s": solve_s,
+        "per iteration ms": 1e3 * solve_s / max(iters, 1),
+    }
+
+
+def _ust(a: Any, b: Any, method: str, M: Any = None, **kw: Any) -> Callable[[], tuple[Any, int, float, int]]:  # noqa: N803
+    def run() -> tuple[Any, int, float, int]:
+        s = ust.linalg.IterativeSolver(a, method=method, M=M, rtol=RTOL, **kw)
+        s.plan()
+        x = s.solve(b)
+        assert s.result is not None
+        return x, s.result.iterations, s.result.seconds, s.result.info
+
+    return run
+
+
+def _scipy_like(fn: Any, a: Any, b: Any, xp: Any, M: Any = None, **kw: Any) -> Callable[[], tuple[Any, int, float, int]]:  # noqa: N803
+    def run() -> tuple[Any, int, float, int]:
+        count = [0]
+
+        def cb(_x: Any) -> None:
+            count[0] += 1
+
+        t0 = time.perf_counter()
+        x, info = fn(a, b, rtol=RTOL, M=M, callback=cb, **kw)
+        if xp is not np:
+            xp.cuda.Device().synchronize()
+        return x, count[0], time.perf_counter() - t0, info
+
+    return run
+
+
+def _jacobi_operator(a: Any, lo: Any) -> Any:
+    d = 1.0 / a.diagonal()
+    return lo(a.shape, matvec=lambda r: d * r, dtype=a.dtype)
+
+
+def cpu(m: int) -> list[dict[str, Any]]:
+    import scipy.sparse.linalg as spla
+
+    a = poisson3d(m)
+    b = np.random.default_rng(0).standard_normal(a.shape[0])
+    dia = ust.asarray(a, format="DIA")
+    rows = [
+        _row("scipy cg", a, b, _scipy_like(spla.cg, a, b, np), np),
+        _row("scipy cg + Jacobi", a, b, _scipy_like(spla.cg, a, b, np, M=_jacobi_operator(a, spla.LinearOperator)), np),
+        _row("scipy gmres(20)", a, b, _scipy_like(spla.gmres, a, b, np, callback_type="pr_norm"), np),
+        _row("ust cg (CSR)", a, b, _ust(a, b, "cg"), np),
+        _row("ust cg (DIA)", a, b, _ust(dia, b, "cg"), np),
+        _row("ust cg + jacobi (DIA)", a, b, _ust(dia, b, "cg", "jacobi"), np),
+        _row("ust gmres(20) (CSR)", a, b, _ust(a, b, "gmres"), np),
+    ]
+    try:
+        import pyamg
+    except ImportError:
+        return rows
+    rows.append(_row("ust cg + amg (CSR)", a, b, _ust(a, b, "cg", "amg"), np))
+
+    def pyamg_run() -> tuple[Any, int, float, int]:
+        ml = pyamg.smoothed_aggregation_solver(sp.csr_matrix(a), max_coarse=500)
+        res: list[float] = []
+        t0 = time.perf_counter()
+        x = ml.solve(b, tol=RTOL, accel="cg", residuals=res, maxiter=500)
+        return x, len(res) - 1, time.perf_counter() - t0, 0
+
+    rows.append(_row("pyamg SA + cg (its own solve)", a, b, pyamg_run, np))
+    return rows
+
+
+def gpu(m: int) -> list[dict[str, Any]]:
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+    import cupyx.scipy.sparse.linalg as cspla
+
+    a = poisson3d(m)
+    ga = csp.csr_matrix(a)
+    b = cp.asarray(np.random.default_rng(0).standard_normal(a.shape[0]))
+    dia = ust.asarray(a, format="DIA", device="cuda")
+    csr = ust.asarray(a, device="cuda")
+    rows = [
+        _row("cupyx cg", ga, b, _scipy_like(cspla.cg, ga, b, cp, maxiter=20000), cp),
+        _row("cupyx cg + Jacobi", ga, b, _scipy_like(cspla.cg, ga, b, cp, M=_jacobi_operator(ga, cspla.LinearOperator), maxiter=20000), cp),
+        _row("ust cg + jacobi (CSR)", ga, b, _ust(csr, b, "cg", "jacobi", maxiter=20000), cp),
+        _row("ust cg + jacobi (DIA)", ga, b, _ust(dia, b, "cg", "jacobi", maxiter=20000), cp),
+        _row("ust cg + amg (DIA)", ga, b, _ust(dia, b, "cg", "amg"), cp),
+        _row("ust cg + amg (CSR)", ga, b, _ust(csr, b, "cg", "amg"), cp),
+    ]  # fmt: skip
+    return rows
+
+
+COLUMNS = ["solver", "iterations", "relative residual", "converged", "total s", "solve s", "per iteration ms"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--m", type=int, default=None, help="Poisson grid side (default 60 CPU, 200 GPU)")
+    p.add_argument("--write", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    args = p.parse_args(argv)
+    m = args.m or (200 if args.device == "cuda" else 60)
+    rows = gpu(m) if args.device == "cuda" else cpu(m)
+    base = next(r for r in rows if r["solver"].startswith(("scipy cg", "cupyx cg")))
+    for r in rows:
+        r["vs baseline"] = base["total s"] / r["total s"]
+    table = markdown(rows, [*COLUMNS, "vs baseline"])
+    print(f"Poisson 3-D {m}^3 ({m**3} rows), rtol {RTOL:g}; baseline: {base['solver']} (total time)\n")
+    print(table)
+    if args.write:
+        cmd = f"python -m benchmarks.bench_iterative --device {args.device} --m {m}"
+        append_results(f"Iterative solvers ({args.device})", cmd, table)
+
+
+if __name__ == "__main__":
+    main()
