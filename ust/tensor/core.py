@@ -267,15 +267,22 @@ class Tensor:
         index_dtype: Any = None,
         prune: bool = False,
         max_padding: int | None = None,
+        blocksize: Any = None,
     ) -> Tensor:
         """This tensor in another format (same shape, dtype and device).
 
-        ``prune`` keeps the n largest magnitudes of each block for ``structured[n, m]``
-        targets (otherwise a fuller block is an error); ``max_padding`` raises the number of
-        padding value slots a target may need (DIA of many diagonals, big blocks).
+        ``format`` is a Format, a standard name (SciPy's lowercase names too: ``"csr"``) or DSL
+        text; ``blocksize=(r, c)`` with ``"bsr"`` means ``BSR[r, c]``.  ``prune`` keeps the n
+        largest magnitudes of each block for ``structured[n, m]`` targets (otherwise a fuller
+        block is an error); ``max_padding`` raises the number of padding value slots a target
+        may need (DIA of many diagonals, big blocks).
         """
         return conversion("convert")(
-            self, resolve(format), index_dtype=index_dtype, prune=prune, max_padding=max_padding
+            self,
+            resolve(format, blocksize=blocksize),
+            index_dtype=index_dtype,
+            prune=prune,
+            max_padding=max_padding,
         )
 
     def to_scipy(self) -> Any:
@@ -494,6 +501,25 @@ class Tensor:
     def _repr_html_(self) -> str:
         """Jupyter: format, shape, nnz, storage bytes and a small sparsity picture."""
         return str(conversion("repr_html")(self))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """NumPy's hook (``np.asarray(t)``; SciPy functions given a Tensor take this path): the
+        dense array, for CPU tensors of at most ``ust.convert.surface.ARRAY_ELEMENT_LIMIT``
+        elements; above it a ShapeError names ``t.to_scipy()`` (docs/guide.rst)."""
+        return conversion("array")(self, dtype, copy)
+
+    def matvec(self, x: Any) -> Any:
+        """``self @ x``: with :meth:`rmatvec`, what ``scipy.sparse.linalg.aslinearoperator``
+        reads, so SciPy's iterative solvers take a Tensor without densifying it."""
+        return operator("matmul_operator")(self, x)
+
+    def rmatvec(self, x: Any) -> Any:
+        """``self^H @ x`` (the transposed view; the vector conjugated, never the matrix)."""
+        if self.dtype.kind != "c":
+            return operator("matmul_operator")(self.T, x)
+        return operator("matmul_operator")(self.T, x.conj()).conj()
+
+    rmatmat = rmatvec
 
     def _adopt(self, other: Tensor) -> None:
         """Take ``other``'s storage (the in-place methods: this object gets new buffers)."""

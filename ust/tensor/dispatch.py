@@ -15,7 +15,8 @@ surface of :mod:`ust.api.surface` (``eliminate_zeros``, ``sum_duplicates``, ``so
 ``CONVERSIONS``: ``convert``, ``to_scipy``, ``to_cupyx``, ``to_torch``, ``todense``,
 ``to_device``, ``unpack`` (storage order entries of a :class:`~ust.tensor.Buffers`),
 ``plot`` (a picture, :mod:`ust.io.plot`); ``toarray``, ``asformat``, ``scipy_data``,
-``has_canonical_format`` and ``repr_html`` (:mod:`ust.convert.surface`).
+``has_canonical_format``, ``repr_html`` and ``array`` (``Tensor.__array__``;
+:mod:`ust.convert.surface`).
 """
 
 from __future__ import annotations
