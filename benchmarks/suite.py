@@ -448,7 +448,7 @@ def _default_device() -> str:
         return "cpu"
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+def _parser(prog: str, out: Path = DEFAULT_OUT, results: str = str(RESULTS)) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description=__doc__.split("\n\n")[0],
@@ -457,10 +457,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--device", choices=DEVICES, default=None, help="default: cuda when a GPU answers")
     p.add_argument("--size", choices=SIZES, default="small")
     p.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=out, help=f"output directory (default {out})")
     p.add_argument("--timeout", type=float, default=None, help="seconds per benchmark (300 small, 600 large)")
     p.add_argument("--write", action="store_true", help="append one section to --results")
-    p.add_argument("--results", type=Path, default=RESULTS, help=f"the results file (default {RESULTS})")
+    p.add_argument("--results", type=Path, default=None, help=f"the results file (default {results})")
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
     p.add_argument(
         "--collect",
@@ -475,11 +475,23 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") -> int:
-    """The suite's command line (``ust bench`` calls it with ``prog="ust bench"``); the exit
-    code is 1 when a benchmark failed or timed out (the others still ran and are reported)."""
+def main(
+    argv: Sequence[str] | None = None,
+    prog: str = "python -m benchmarks",
+    *,
+    default_out: Path = DEFAULT_OUT,
+    results_in_out: bool = False,
+) -> int:
+    """The suite's command line; the exit code is 1 when a benchmark failed or timed out (the
+    others still ran and are reported).  ``ust bench`` calls it with ``prog="ust bench"``, its
+    own ``default_out`` (in the current directory) and ``results_in_out`` (``--results``
+    defaults to ``<out>/RESULTS.md``, not the source tree's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser(prog).parse_args(argv)
+    shown = "OUT/RESULTS.md" if results_in_out else str(RESULTS)
+    args = _parser(prog, default_out, shown).parse_args(argv)
+    args.out = args.out.resolve()  # the children run in the checkout: a relative --out means here
+    if args.results is None:
+        args.results = args.out / "RESULTS.md" if results_in_out else RESULTS
     if args.worker:
         return worker(args.worker, args.device, args.size, args.part)
     names = [s.strip() for s in args.only.split(",") if s.strip()] or list(BENCHES)

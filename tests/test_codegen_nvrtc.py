@@ -20,7 +20,7 @@ from ust.codegen.lower import lower
 
 pytestmark = pytest.mark.skipif(
     find_nvrtc() is None,
-    reason="libnvrtc not found: pip install nvidia-cuda-nvrtc (the test extra should list it)",
+    reason='libnvrtc not found: pip install -e ".[nvrtc]" (the nvrtc extra, which .ci/run installs)',
 )
 
 ARCH = os.environ.get("UST_NVRTC_ARCH", "90")

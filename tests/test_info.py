@@ -12,7 +12,7 @@ def test_report_lists_every_probe_with_a_fix_when_missing() -> None:
     report = collect_info()
     assert report["versions"]["ust"]
     names = [r["name"] for r in report["routes"]]
-    assert {"C compiler", "CuPy + CUDA device", "cuDSS", "cuSPARSE", "NVRTC"} <= set(names)
+    assert {"C compiler", "CuPy", "CUDA device", "cuDSS", "cuSPARSE", "NVRTC"} <= set(names)
     for r in report["routes"]:
         assert r["detail"]
         assert (r["fix"] is None) == r["available"]

@@ -17,7 +17,8 @@ import numpy as np
 from ust.runtime import xp as _xp
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.runtime.placement import Placement as _Placement
-from ust.runtime.spaces import ExecutionSpace, to_package
+from ust.runtime.placement import is_planning_only
+from ust.runtime.spaces import ExecutionSpace, operand_space, to_package
 
 __all__ = [
     "DENSE",
@@ -112,6 +113,8 @@ class Placement(_Placement):
         self.require_device()
 
     def dense(self, x: Any) -> Any:
+        if is_planning_only():  # ust.explain: the array stays where it is (nothing runs on it)
+            return as_dense(x, operand_space(np.asarray(x) if isinstance(x, (list, tuple)) else x))
         return as_dense(x, self.space)
 
 

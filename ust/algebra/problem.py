@@ -84,8 +84,11 @@ _OPS = {
 }
 
 
-def explain_text(d: Decision, a: Any, *, result_format: Any = None, extra: str = "") -> str:
-    """The plan as text: operation, operands, route, reason, other candidates."""
+def explain_text(
+    d: Decision, a: Any, *, result_format: Any = None, extra: str = "", device: str | None = None
+) -> str:
+    """The plan as text: operation, operands, route, reason, other candidates (``device``: where
+    it runs, ``"cpu"`` / ``"cuda:N"``, when ``execution=`` chose it; else where ``a`` is)."""
     p = d.problem
     lines = [
         f"operation: {p.op} ({_OPS.get(p.op, p.op)})",
@@ -96,7 +99,7 @@ def explain_text(d: Decision, a: Any, *, result_format: Any = None, extra: str =
     if other:
         lines.append(f"second operand: {other}")
     lines += [
-        f"execution space: {a.device if p.device == 'cuda' else 'cpu'}",
+        f"execution space: {device or (a.device if p.device == 'cuda' else 'cpu')}",
         f"route: {d.route}",
         f"reason: {d.reason}",
     ]

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ust.api import algebra, dense, explain, linalg, matmul, ops
+from ust.api import algebra, dense, explain, indexing, linalg, matmul, ops, surface
 from ust.convert.kernels import KERNELS
 from ust.tensor.dispatch import register
 
-__all__ = ["algebra", "dense", "explain", "linalg", "matmul", "ops"]
+__all__ = ["algebra", "dense", "explain", "indexing", "linalg", "matmul", "ops", "surface"]
 
 
 @register(KERNELS, "csr_to_bsr")

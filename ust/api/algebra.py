@@ -40,6 +40,9 @@ from ust.formats.model import Format
 from ust.plan import Decision
 from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.log import get_logger
+from ust.runtime.placement import device_name
+from ust.runtime.spaces import parse_execution
 from ust.tensor.dispatch import OPERATORS
 
 __all__ = [
@@ -86,6 +89,17 @@ __all__ = [
 
 _Result = tuple[Any, Decision]
 
+_log = get_logger("ops.algebra")
+
+#: The ops that take ``execution=`` (and so place their operands).
+_PLACED = ("spgemm", "matmul_sparse", "sddmm", "add", "subtract", "multiply", "sum", "max", "min")
+
+
+def _log_route(op: str, d: Decision) -> None:
+    """The INFO line of the route and why, after the placement line (``Placement.log``), as
+    :class:`~ust.api.matmul.Matmul` writes them."""
+    _log.info("route for %s: %s (%s)", op, d.route, d.reason)
+
 
 def _fmt(format: Any, default: Format) -> Format:  # noqa: A002
     return default if format is None else resolve(format)
@@ -101,8 +115,12 @@ def _matmul_sparse(a: Any, b: Any, *, format: Any = "CSR", execution: Any = None
     pl = place({"a": a, "b": b}, execution)
     ta, tb = pl.tensor(as_tensor(a)), pl.tensor(as_tensor(b))
     fmt = _fmt(format, get("CSR"))
-    out, d = spgemm(ta, tb, fmt, route, dry=dry)
-    return (out if dry else pl.back(out)), d
+    if dry:
+        return spgemm(ta, tb, fmt, route, dry=True)
+    pl.log(_log)
+    out, d = spgemm(ta, tb, fmt, route)
+    _log_route("spgemm", d)
+    return pl.back(out), d
 
 
 def matmul_sparse(
@@ -138,9 +156,14 @@ def _sddmm(s: Any, a: Any, b: Any, *, alpha: complex = 1, beta: complex = 0, epi
     pl = place({"S": s, "A": a, "B": b}, execution)
     ts = pl.tensor(as_tensor(s))
     da, db = pl.dense(a), pl.dense(b)
+    if not dry:
+        pl.log(_log)
     out, d = mod.sddmm(ts, da, db, alpha=alpha, beta=beta, epilog=epilog, epilog_params=epilog_params,
                        route=route, dry=dry)  # fmt: skip
-    return (out if dry else pl.back(out)), d
+    if dry:
+        return out, d
+    _log_route("sddmm", d)
+    return pl.back(out), d
 
 
 def sddmm(
@@ -217,8 +240,13 @@ def _elementwise(op: str, a: Any, b: Any, format: Any, execution: Any, route: st
     tb = pl.tensor(as_tensor(b)) if kb == SPARSE else None
     fmt = None if format is None else resolve(format)
     if ta is not None and tb is not None:
+        if not dry:
+            pl.log(_log)
         out, d = binary_sparse(op, ta, tb, fmt or ta.format, route, dry=dry)
-        return (out if dry else pl.back(out)), d
+        if dry:
+            return out, d
+        _log_route(op, d)
+        return pl.back(out), d
     sparse = ta if ta is not None else tb
     other = b if ta is not None else a
     okind = kb if ta is not None else ka
@@ -343,6 +371,8 @@ def _reduce(op: str, a: Any, axis: Any, execution: Any, route: str | None, dry: 
     d = choose(problem(op, t, device=t.device, dtype=t.dtype), route)
     if dry:
         return None, d
+    pl.log(_log)
+    _log_route(op, d)
     return pl.back(route_of(d.rule).build(op, t, ax)), d
 
 
@@ -434,7 +464,9 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
         result_format = resolve(fmt) if fmt is not None else get("CSR")
     elif op in ("add", "subtract", "multiply") and fmt is not None:
         result_format = resolve(fmt)
-    return explain_text(d, t, result_format=result_format)
+    space = parse_execution(kwargs.get("execution"))
+    device = device_name(space) if space is not None and op in _PLACED else None
+    return explain_text(d, t, result_format=result_format, device=device)
 
 
 # one plan_<op> / explain_<op> per op, for the lead's ust.explain wiring

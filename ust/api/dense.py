@@ -29,6 +29,7 @@ import numpy as np
 
 from ust.runtime.errors import ShapeError, UnsupportedError, UstError
 from ust.runtime.log import get_logger
+from ust.runtime.options import option
 from ust.runtime.placement import Placement
 from ust.runtime.spaces import ExecutionSpace, log_placement, operand_package, operand_space
 from ust.runtime.stateful import (
@@ -59,9 +60,13 @@ __all__ = [
 
 _log = get_logger("dense")
 
+#: Value dtypes of dense matmul on the GPU (cuBLASLt).
 GPU_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+#: Value dtypes of dense matmul on the CPU.
 CPU_DTYPES = ("float16", "float32", "float64", "complex64", "complex128")
+#: Value dtypes of the FFTs (others are refused: convert with ``x.astype(...)``).
 FFT_DTYPES = ("float32", "float64", "complex64", "complex128")
+#: The names of the epilogues dense matmul fuses (``epilog=``).
 EPILOGS = ("none", "relu", "gelu", "bias", "relu_bias", "gelu_bias")
 _EPILOG_BY_PARTS = {
     frozenset(): "none",
@@ -79,15 +84,24 @@ _NORMS = (None, "backward", "ortho", "forward")
 
 @dataclass(frozen=True)
 class MatmulOptions:
-    """``tf32``: let float32 products use TF32 tensor cores (cuBLASLt compute type 32F_FAST_TF32).
+    """Options of :class:`ust.dense.Matmul` and :func:`ust.dense.matmul` (a dict with these keys
+    works too)."""
 
-    ``workspace_limit``: bytes of GPU workspace cuBLASLt may use; ``max_algorithms``: how many
-    candidates the heuristic returns (``autotune`` times them all).
-    """
-
-    tf32: bool = False
-    workspace_limit: int = 32 << 20
-    max_algorithms: int = 8
+    tf32: bool = option(
+        False,
+        """Let float32 products use TF32 tensor cores (cuBLASLt's compute type 32F_FAST_TF32):
+        faster, with a 10-bit mantissa in the products.  GPU only, float32 operands only; the CPU
+        logs that it has no effect.""",
+    )
+    workspace_limit: int = option(
+        32 << 20,
+        """Bytes of GPU workspace cuBLASLt's algorithms may use (>= 0; 32 MiB by default).""",
+    )
+    max_algorithms: int = option(
+        8,
+        """How many candidate algorithms cuBLASLt's heuristic returns (>= 1): ``plan`` runs the
+        first, ``autotune`` times them all and keeps the fastest.""",
+    )
 
     def __post_init__(self) -> None:
         if self.workspace_limit < 0 or self.max_algorithms < 1:
@@ -96,9 +110,14 @@ class MatmulOptions:
 
 @dataclass(frozen=True)
 class FFTOptions:
-    """``workers``: scipy.fft threads on the CPU (None: all cores)."""
+    """Options of :class:`ust.dense.FFT` and the ``ust.dense`` FFT functions (a dict with these
+    keys works too)."""
 
-    workers: int | None = None
+    workers: int | None = option(
+        None,
+        """Threads of ``scipy.fft`` on the CPU (its ``workers``); None: all cores.  The GPU
+        (cuFFT) ignores it.""",
+    )
 
 
 _O = TypeVar("_O", MatmulOptions, FFTOptions)

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from ust.api.algebra import explain as explain_algebra
+from ust.api.indexing import explain as explain_getitem
 from ust.api.matmul import Matmul, _is_dense_tensor, _is_sparse_operand
 from ust.plan.planner import Decision, decide
+from ust.runtime.placement import planning_only
 
 __all__ = [
     "decision_lines",
@@ -43,11 +45,52 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
     """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
 
     ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"`` (with
-    ``method=`` / ``M=``: the iterative solve),
-    ``"dense_matmul"`` (operands: a, b), ``"fft"`` (operand: x), or one of the algebra ops
+    ``method=`` / ``M=``: the iterative solve), ``"dense_matmul"`` (operands: a, b), ``"fft"``
+    (operand: x), ``"getitem"`` (operands: tensor, key: which route serves ``t[key]``), or one of
+    the algebra ops
     (``"sddmm"``, ``"add"``, ``"subtract"``, ``"multiply"``, ``"transpose"``, ``"sum"``,
     ``"max"``, ``"min"``, ``"spgemm"``, ...).
+
+    ``execution="cuda"`` is explained on any machine: the planner's rules depend on the kind of
+    execution space, not on the hardware, so nothing is checked on a device and no data moves.
+    Where this machine could not run it (no CuPy, no CUDA device), a last line says what is missing.
     """
+    with planning_only():
+        text = _explain(op, *operands, **kwargs)
+    missing = _missing_device(kwargs.get("execution")) if op not in _UNPLACED else ""
+    return f"{text}\n{missing}" if missing else text
+
+
+#: Ops that run where their operand is (``execution=`` does not apply to them).
+_UNPLACED = ("convert", "transpose", "divide", "negative")
+
+
+def _missing_device(execution: Any) -> str:
+    """What this machine lacks to run on the GPU ``execution`` names ("" when nothing is missing)."""
+    from ust.runtime.errors import BackendUnavailableError, DeviceError
+    from ust.runtime.spaces import parse_execution
+    from ust.runtime.xp import require_device
+
+    space = parse_execution(execution)
+    if space is None or not space.is_cuda:
+        return ""
+    try:
+        require_device(space.device_id)
+    except BackendUnavailableError as exc:
+        text = str(exc)
+        cause = text.split("(", 1)[1].split(")", 1)[0] if "(" in text else "it cannot be imported"
+        fix = exc.pip_command or 'pip install "ust[cu13]"'
+        reason, hint = f"no CuPy ({cause})", f' ({fix}, or "ust[cu12]" for CUDA 12)'
+    except DeviceError as exc:
+        reason = "no usable CUDA device" if "no usable" in str(exc) else str(exc)
+        hint = ""
+    else:
+        return ""
+    where = f"cuda device {space.device_id or 0}"
+    return f"not runnable on this machine: {reason}; the plan above is what would run on {where}{hint}"
+
+
+def _explain(op: str, *operands: Any, **kwargs: Any) -> str:
     if op == "matmul":
         a, b, *rest = operands
         if _is_sparse_operand(b):
@@ -66,6 +109,9 @@ def explain(op: str, *operands: Any, **kwargs: Any) -> str:
         return explain_solve(*operands, **kwargs)
     if op in ("dense_matmul", "fft"):
         return explain_dense(op, *operands, **kwargs)
+    if op == "getitem":
+        t, key = operands
+        return explain_getitem(t, key, **kwargs)
     return explain_algebra(op, *operands, **kwargs)
 
 

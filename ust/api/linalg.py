@@ -47,6 +47,7 @@ from ust.runtime.errors import (
     UnsupportedError,
 )
 from ust.runtime.log import get_logger
+from ust.runtime.options import option
 from ust.runtime.placement import Placement
 from ust.runtime.spaces import (
     ExecutionSpace,
@@ -127,27 +128,88 @@ def _one_of(name: str, value: str, allowed: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class DirectSolverOptions:
-    """Options of :class:`DirectSolver` and :func:`solve` (a dict with these keys works too).
+    """Options of :class:`DirectSolver` and :func:`solve` (a dict with these keys works too, and
+    :func:`solve` takes them as keywords).
 
-    ``check``: True (default tolerance ``eps ** (2/3)`` of the dtype: 3.7e-11 for float64,
-    2.4e-5 for float32), False, or a tolerance for the backward error.  ``host_threads`` defaults
-    to the cores this process may use.  ``pivot_epsilon`` / ``pivot_threshold`` /
-    ``hybrid_memory`` / ``hybrid_device_memory_limit`` are cuDSS settings; SuperLU reads
-    ``pivot_threshold`` (its ``diag_pivot_thresh``) and ``pivoting="none"``.
+    cuDSS (the GPU) reads every option; SuperLU (the CPU) reads ``matrix_type``, ``matrix_view``,
+    ``reordering``, ``pivoting="none"``, ``pivot_threshold``, ``refinement_steps`` and ``check``
+    (the others apply to cuDSS only).
     """
 
-    matrix_type: str = "general"
-    matrix_view: str = "full"
-    reordering: str = "default"
-    host_threads: int | None = None
-    pivoting: str = "auto"
-    pivot_threshold: float | None = None
-    pivot_epsilon: float | None = None
-    refinement_steps: int = 0
-    hybrid_memory: bool = False
-    hybrid_device_memory_limit: int | None = None
-    check: bool | float = True
-    devices: tuple[int, ...] | None = None
+    matrix_type: str = option(
+        "general",
+        """What A is: ``general`` (LU with pivoting), ``symmetric`` (LDLᵀ), ``spd``
+        (symmetric positive definite: Cholesky), ``hermitian`` (LDLᴴ) or ``hpd``
+        (Hermitian positive definite).  cuDSS picks its factorisation from it; SuperLU, which
+        always factors LU, picks a symmetric ordering for the four symmetric types.""",
+        choices=MATRIX_TYPES,
+    )
+    matrix_view: str = option(
+        "full",
+        """Which stored entries of A are read: ``full`` (all of them), or only the ``lower`` or
+        ``upper`` triangle, mirrored across the diagonal (conjugated for ``hermitian`` and
+        ``hpd``): a symmetric matrix may be stored as one triangle.""",
+        choices=MATRIX_VIEWS,
+    )
+    reordering: str = option(
+        "default",
+        """The fill-reducing ordering.  ``default``: cuDSS's own; for SuperLU, minimum degree on
+        Aᵀ + A for a symmetric type or a symmetric pattern, else COLAMD (the log says
+        which and why).  Both libraries: ``amd``, ``colamd``, ``none`` (the natural order).  cuDSS
+        only: ``nested_dissection``, ``btf_colamd``.  SuperLU only: ``mmd_ata``,
+        ``mmd_at_plus_a``, ``natural``.  A value the chosen library lacks raises
+        :class:`~ust.UnsupportedError`.""",
+        choices=REORDERINGS,
+    )
+    host_threads: int | None = option(
+        None,
+        """Host threads of cuDSS's reordering and host-side phases (its threading layer, when
+        found beside libcudss).  None: the cores this process may use.""",
+    )
+    pivoting: str = option(
+        "auto",
+        """The pivoting strategy.  ``auto``: the library's default for the matrix type;
+        ``none``: no pivoting (SuperLU: diagonal pivots only); cuDSS also takes ``global_col``,
+        ``global_row``, ``diagonal``, ``local_block`` and ``bunch_kaufman``.""",
+        choices=PIVOTING,
+    )
+    pivot_threshold: float | None = option(
+        None,
+        """The pivoting threshold: cuDSS's pivot threshold, SuperLU's ``diag_pivot_thresh``
+        (0 keeps the diagonal pivot, 1 is partial pivoting).  None: the library's default
+        (SuperLU: 0.01 with a symmetric ordering, else 1).""",
+    )
+    pivot_epsilon: float | None = option(
+        None,
+        """cuDSS only: pivots smaller than this are replaced by it (counted in
+        ``small_pivots`` of :class:`~ust.linalg.FactorizationInfo`).  None: cuDSS's default for the dtype.""",
+    )
+    refinement_steps: int = option(
+        0,
+        """Steps of iterative refinement after each solve (cuDSS refines inside its solve phase;
+        for SuperLU ust refines).  0: none beyond what a factorisation with small pivots needs.""",
+    )
+    hybrid_memory: bool = option(
+        False,
+        """cuDSS only: hybrid memory mode, which keeps part of the factors in host memory so that a
+        factorisation larger than the GPU's memory runs.  Set it before the analysis.""",
+    )
+    hybrid_device_memory_limit: int | None = option(
+        None,
+        """cuDSS only, with ``hybrid_memory``: bytes of GPU memory the factors may use.  None:
+        cuDSS's choice.""",
+    )
+    check: bool | float = option(
+        True,
+        """Check each solution's backward error and raise :class:`~ust.SolverAccuracyError` above
+        the tolerance: True (the dtype's ``eps ** (2/3)``: 3.7e-11 for float64, 2.4e-5 for
+        float32), a positive float (that tolerance), or False (no check).""",
+    )
+    devices: tuple[int, ...] | None = option(
+        None,
+        """GPU indices to solve on: one index runs on that GPU, two or more run cuDSS's multi-GPU
+        (MG) mode over them.  None: the GPU of the operands or of ``execution``.""",
+    )
 
     def __post_init__(self) -> None:
         if self.devices is not None:  # [0, 1, ...]: one GPU -> that GPU; several -> cuDSS MG mode
@@ -292,6 +354,18 @@ def _sparse_shape(a: Any) -> tuple[int, ...]:
         if not sp.issparse(a):
             raise UnsupportedError(f"{type(a).__name__} is not a SciPy sparse matrix or array")
     return tuple(int(s) for s in a.shape)
+
+
+def _format_name(a: Any) -> str:
+    """A's storage as ``explain`` names it: a ust Tensor's standard name (``custom`` for others),
+    SciPy's / cupyx's format in capitals (``COO``), torch's layout (``sparse_csr``)."""
+    fmt = getattr(a, "format", None)
+    if isinstance(fmt, str):
+        return fmt.upper()
+    if fmt is not None:
+        return str(getattr(fmt, "standard_name", None) or "custom")
+    layout = getattr(a, "layout", None)
+    return str(layout).replace("torch.", "") if layout is not None else type(a).__name__
 
 
 def _to_scipy_csr(a: Any) -> Any:
@@ -915,6 +989,9 @@ class DirectSolver(StatefulOperation):
             else _to_scipy_csr(a)
         )
         c = _canonical(m, self.dtype, self.space)
+        fmt = _format_name(a)
+        if fmt != "CSR":  # the one conversion of a solve: logged as explain() names it
+            _log.info("converted A (%s) to CSR in %.3f ms", fmt, 1e3 * (time.perf_counter() - t0))
         if src != self.space:
             nbytes = sum(int(x.nbytes) for x in (c.indptr, c.indices, c.data))
             _log.info(
@@ -1046,7 +1123,7 @@ class DirectSolver(StatefulOperation):
         return self.factorization_info
 
     def factorize(self) -> FactorizationInfo:
-        """Numerical factorisation (after :meth:`plan`); returns :class:`FactorizationInfo`."""
+        """Numerical factorisation (after :meth:`plan`); returns :class:`~ust.linalg.FactorizationInfo`."""
         self._require("factorize", "plan")
         out = self._factor("factorization")
         self._mark("factorize")
@@ -1422,7 +1499,7 @@ def solve(
     ``UnsupportedError`` of ``ust.asarray``: ust takes no bool values anywhere.  Errors:
     ``ShapeError`` (not square, ``b`` not ``(n,)`` / ``(n, k)``), ``UnsupportedError``,
     ``InvalidValueError`` (NaN / Inf), ``SingularMatrixError`` and ``SolverAccuracyError``
-    (see :func:`solution_error`), all before any work where the input alone shows them.
+    (see :func:`~ust.linalg.solution_error`), all before any work where the input alone shows them.
     """
     opts = DirectSolverOptions.coerce(options, **option_fields)
     if isinstance(a, (list, tuple)):

@@ -558,7 +558,12 @@ def _one_shot_key(
         ck = None if c is None else (tuple(c.shape), str(c.dtype), operand_package(c), str(operand_space(c)))
     except AttributeError:  # torch or array-likes: no cache
         return None
-    bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
+    from ust.tensor import Tensor
+
+    if isinstance(a, Tensor):  # its storage, not the scipy-style views its properties compute
+        bufs = tuple(id(v) for v in a.buffers().values())
+    else:
+        bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
     return (id(a), bufs, bk, ck, complex(alpha), complex(beta), str(execution))
 
 

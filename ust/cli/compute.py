@@ -29,17 +29,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", help="value dtype (float32, float64, complex128, ...)")
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _check_common(args: argparse.Namespace) -> Any:
+    """The arguments both commands share, before any work; the target Format (or None)."""
+    from ust.cli import checks
+    from ust.formats.library import resolve
+
+    checks.input_file(args.matrix)
+    checks.execution(args.execution)
+    checks.dtype(args.dtype)
+    checks.int_range(args.k, "--k", 1, why="the columns of the dense operand; 1 is a vector")
+    return resolve(args.format) if args.format else None
+
+
+def _load(args: argparse.Namespace, fmt: Any) -> Any:
     from ust import io
 
     t = io.read(args.matrix)
     if args.dtype:
         t = t.astype(args.dtype)
-    if args.format:
+    if fmt is not None:
         from ust.cli.progress import progress
 
         with progress(f"converting to {args.format}"):
-            t = t.convert(args.format)
+            t = t.convert(fmt)
     return t
 
 
@@ -52,10 +64,18 @@ def configure_spmv(p: argparse.ArgumentParser) -> None:
 
 def run_spmv(args: argparse.Namespace) -> int:
     import ust
+    from ust.cli import checks
+    from ust.tensor.limits import check_dense
 
-    t = _load(args)
+    fmt = _check_common(args)
+    checks.int_range(args.repeat, "--repeat", 1)
+    t = _load(args, fmt)
+    if t.ndim != 2:
+        raise ust.ShapeError(f"ust spmv multiplies a matrix; {args.matrix} holds a {t.ndim}-D tensor")
+    shape = (t.shape[1],) if args.k == 1 else (t.shape[1], args.k)
+    check_dense(np, shape, t.dtype, f"--k {args.k}: the dense operand of shape {shape}", "use a smaller --k")
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(t.shape[1] if args.k == 1 else (t.shape[1], args.k)).astype(t.dtype)
+    x = rng.standard_normal(shape).astype(t.dtype)
     mm = ust.Matmul(t, x, execution=args.execution)
     print(mm.explain())
     t0 = time.perf_counter()
@@ -66,7 +86,7 @@ def run_spmv(args: argparse.Namespace) -> int:
             print(f"  autotune {name:<28} {1e3 * secs:.4f} ms")
     times = []
     y: Any = None
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t0 = time.perf_counter()
         y = mm.execute()
         if type(y).__module__.startswith("cupy"):  # wait for the kernel so the time is real
@@ -96,22 +116,44 @@ def configure_explain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=1, help="columns of the dense operand of matmul")
 
 
-def run_explain(args: argparse.Namespace) -> int:
-    import ust
+#: The explain operations that take ``--execution`` (a conversion and a transpose run where the tensor is).
+_PLACED = ("matmul", "solve", "sum", "add", "multiply")
 
-    t = _load(args)
+
+def run_explain(args: argparse.Namespace) -> int:
+    """Explains on any machine: ``--execution cuda`` without a GPU says what would run there
+    and what is missing (``ust.explain``); nothing is computed, so the dense operand of matmul
+    is a broadcast view of one value whatever ``--k``."""
+    import ust
+    from ust.formats.library import resolve
+    from ust.runtime.errors import InvalidValueError
+
+    fmt = _check_common(args)
+    if args.op == "convert" and not args.to:
+        raise InvalidValueError("explain convert needs --to FORMAT")
+    if args.to and args.op != "convert":
+        raise InvalidValueError(f"--to applies to explain convert, not to explain {args.op}")
+    if args.k != 1 and args.op != "matmul":
+        raise InvalidValueError(f"--k applies to explain matmul, not to explain {args.op}")
+    if args.execution and args.op not in _PLACED:
+        raise InvalidValueError(
+            f"--execution applies to explain {', '.join(_PLACED)}; {args.op} runs where the tensor is"
+        )
+    target = resolve(args.to) if args.to else None
+    t = _load(args, fmt)
     n = t.shape[-1]
+    where = {"execution": args.execution} if args.execution else {}
     if args.op == "matmul":
-        b = np.ones(n if args.k == 1 else (n, args.k), dtype=t.dtype)
-        print(ust.explain("matmul", t, b, execution=args.execution))
+        b = np.broadcast_to(np.ones(1, dtype=t.dtype), (n,) if args.k == 1 else (n, args.k))
+        print(ust.explain("matmul", t, b, **where))
     elif args.op == "convert":
-        if not args.to:
-            raise ust.InvalidValueError("explain convert needs --to FORMAT")
-        print(ust.explain("convert", t, args.to))
+        print(ust.explain("convert", t, target))
     elif args.op == "solve":
-        print(ust.explain("solve", t, np.ones(t.shape[0], dtype=t.dtype), execution=args.execution))
+        print(ust.explain("solve", t, np.ones(t.shape[0], dtype=t.dtype), **where))
     elif args.op in ("add", "multiply"):
-        print(ust.explain(args.op, t, t))
+        print(ust.explain(args.op, t, t, **where))
+    elif args.op == "sum":
+        print(ust.explain(args.op, t, **where))
     else:
         print(ust.explain(args.op, t))
     return 0

@@ -2,7 +2,11 @@
 
 Each subcommand is one small function registered in ``_COMMANDS`` (a table, not an
 if-chain).  Bad input ends with exit code 1 and a one-line error, never a traceback:
-every :class:`~ust.runtime.errors.UstError` and ``OSError`` is caught in :func:`main`.
+every argument is checked before any work (:mod:`ust.cli.checks`), and every
+:class:`~ust.runtime.errors.UstError` and ``OSError`` is caught in :func:`main` (a file error
+worded one way whoever met it).  Usage errors -- an unknown command or option, a missing
+argument -- are argparse's: the usage line, one error line (with "did you mean ...?" for a
+misspelt command or choice, on every Python version) and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,8 +17,28 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ust.runtime.errors import UstError
+from ust.runtime.suggest import did_you_mean
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with "did you mean ...?" for a misspelt command or choice (Python
+    3.14's ``suggest_on_error`` does that only there, and only when asked)."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and value not in choices:
+            names = [str(c) for c in choices]
+            hint = did_you_mean(str(value), names)
+            raise argparse.ArgumentError(
+                action,
+                f"invalid choice: {value!r}"
+                + (f"; {hint}" if hint else "")
+                + f" (choose from {', '.join(map(repr, names))})",
+            )
+        super()._check_value(action, value)
 
 
 @dataclass(frozen=True)
@@ -30,9 +54,12 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    from ust.cli.checks import input_file
     from ust.formats import FormatTemplate, parse_formats
 
     for path in args.files:
+        if path != "-":
+            input_file(path)
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         decls = parse_formats(text)
         print(f"{path}: {len(decls)} format(s) OK")
@@ -59,28 +86,46 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
     )
 
 
+#: The largest ``ust demo --n`` (n^3 rows): the demo is meant to take seconds, not to fill memory.
+DEMO_MAX_N = 100
+
+
 def _run_demo(args: argparse.Namespace) -> int:
+    from ust.cli.checks import input_file, int_range
     from ust.cli.demo import run
 
+    if args.matrix:
+        input_file(args.matrix)
+    int_range(args.n, "--n", 1, DEMO_MAX_N, why="grid points per side; the matrix has n^3 rows")
     run(args.matrix, args.n)
     return 0
+
+
+#: Where ``ust bench`` writes without ``--out``: a directory in the current one, never the source tree.
+BENCH_OUT = "ust-bench"
 
 
 def _configure_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "rest",
         nargs=argparse.REMAINDER,
-        help="arguments of python -m benchmarks (--device, --size, --only, ...)",
+        help=f"arguments of python -m benchmarks (--device, --size, --only, ...); results go to --out DIR "
+        f"(default ./{BENCH_OUT}/), and --write appends to --results (default DIR/RESULTS.md)",
     )
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    """The benchmark suite lives beside the package in a source checkout, not in the wheel."""
-    from pathlib import Path
+    """The benchmark suite lives beside the package in a source checkout, not in the wheel.
 
-    root = Path(__file__).resolve().parent.parent
+    Its outputs go to ``--out`` (default ``./ust-bench/`` in the current directory) and
+    ``--write`` appends to ``--results`` (default ``<out>/RESULTS.md``): ``ust bench`` never
+    writes into the source tree unless told to.
+    """
+    root = Path(__file__).resolve().parents[2]  # <checkout>/ust/cli/main.py -> <checkout>
     if not (root / "benchmarks" / "suite.py").is_file():
-        raise FileNotFoundError(
+        from ust.runtime.errors import UnsupportedError
+
+        raise UnsupportedError(
             "ust bench needs a source checkout (benchmarks/ is not installed); clone the repository and "
             "run `python -m benchmarks`"
         )
@@ -88,7 +133,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     import importlib
 
     suite = importlib.import_module("benchmarks.suite")  # not part of the package: looked up at run time
-    return int(suite.main(args.rest, prog="ust bench"))
+    out = Path.cwd() / BENCH_OUT
+    return int(suite.main(args.rest, prog="ust bench", default_out=out, results_in_out=True))
 
 
 def _configure_info(p: argparse.ArgumentParser) -> None:
@@ -115,6 +161,18 @@ def _run_solve(args: argparse.Namespace) -> int:
     from ust.cli.solve import solve_command
 
     return solve_command(args)
+
+
+def _configure_cache(p: argparse.ArgumentParser) -> None:
+    from ust.cli.cache import configure_cache
+
+    configure_cache(p)
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from ust.cli.cache import run_cache
+
+    return run_cache(args)
 
 
 def _tensor_command(name: str) -> _Command:
@@ -167,12 +225,18 @@ _COMMANDS: dict[str, _Command] = {
         _configure_demo,
         _run_demo,
     ),
+    "cache": _Command(
+        "see and bound the on-disk kernel cache: info (where, entries, bytes), clear, prune",
+        "ust cache prune --max-bytes 500M",
+        _configure_cache,
+        _run_cache,
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     epilog = "examples:\n" + "\n".join(f"  {c.example}" for c in _COMMANDS.values())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ust",
         description="ust: a sparse tensor format compiler for Python",
         epilog=epilog,
@@ -199,8 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = argparse.Namespace(command="bench", rest=argv[1:], version=False)
         try:
             return _run_bench(args)
-        except OSError as exc:
-            print(f"ust bench: error: {exc}", file=sys.stderr)
+        except (UstError, OSError) as exc:
+            print(f"ust bench: error: {_one_line(exc)}", file=sys.stderr)
             return 1
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -218,8 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's final flush
         return 0
     except (UstError, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"ust {args.command}: error: {first}", file=sys.stderr)
+        print(f"ust {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug or a foreign library's error: still one line, no traceback
         if os.environ.get("UST_DEBUG"):
@@ -232,3 +295,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error's message; a file error worded one way, whoever raised it."""
+    if isinstance(exc, OSError):
+        from ust.cli.checks import os_error_message
+
+        return os_error_message(exc)
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,13 +15,25 @@ from typing import Any
 
 import numpy as np
 
-from ust.runtime.errors import UnsupportedError
+from ust.runtime.errors import InvalidValueError, ShapeError, UnsupportedError
 
 __all__ = ["configure", "solve_command"]
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from ust.api.linalg import MATRIX_TYPES, MATRIX_VIEWS, REORDERINGS
+    from ust.api.linalg import DirectSolverOptions
+    from ust.runtime.options import cli_help, describe
+
+    declared = {entry.name: entry for entry in describe(DirectSolverOptions)}
+
+    def solver_option(name: str) -> dict[str, Any]:
+        """argparse's default, choices and help for a solver option, as the dataclass declares them."""
+        entry = declared[name]
+        return {
+            "default": entry.default,
+            "choices": entry.choices,
+            "help": cli_help(DirectSolverOptions, name),
+        }
 
     p.add_argument("matrix", help="the matrix A, a Matrix Market file (.mtx, .mtx.gz)")
     p.add_argument(
@@ -32,23 +44,39 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--execution",
         help="cpu, cuda or cuda:N (default: where the operands are, i.e. the CPU for a .mtx file)",
     )
-    p.add_argument("--matrix-type", default="general", choices=MATRIX_TYPES)
-    p.add_argument("--matrix-view", default="full", choices=MATRIX_VIEWS)
-    p.add_argument("--reordering", default="default", choices=REORDERINGS)
+    p.add_argument("--matrix-type", **solver_option("matrix_type"))
+    p.add_argument("--matrix-view", **solver_option("matrix_view"))
+    p.add_argument("--reordering", **solver_option("reordering"))
     p.add_argument("--repeat", type=int, default=1, help="solves to time (the median is printed)")
-    p.add_argument("--no-check", action="store_true", help="accept the solution whatever its backward error")
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="accept the solution whatever its backward error (the solver option check=False)",
+    )
 
 
 def _read_rhs(path: str, n: int) -> np.ndarray:
+    """B from a .npy or Matrix Market file; one column becomes a vector.  Its shape is checked
+    against A's n here, so a mismatch is ust's ShapeError, never NumPy's reshape error."""
     if path.endswith(".npy"):
-        return np.load(path)
-    from ust.io import mmread  # ust's own reader: a malformed file is a FileFormatError, never a crash
+        try:
+            b = np.load(path, allow_pickle=False)
+        except ValueError as exc:  # not a .npy file, or one holding Python objects
+            raise InvalidValueError(f"--rhs {path}: not a NumPy array file ({exc})") from None
+    else:
+        from ust.io import mmread  # ust's own reader: a malformed file is a FileFormatError, never a crash
 
-    b = np.asarray(mmread(path).todense())
-    return b.reshape(n) if b.ndim == 2 and b.shape[1] == 1 else b
+        b = np.asarray(mmread(path).todense())
+    if b.ndim == 2 and b.shape[1] == 1:
+        b = b[:, 0]
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ShapeError(
+            f"--rhs {path} has shape {b.shape}; for a {n} x {n} matrix it must be ({n},) or ({n}, k)"
+        )
+    return b
 
 
-def _in_format(a: Any, fmt: str) -> Any:
+def _in_format(a: Any, fmt: Any) -> Any:
     try:
         from ust.convert.scipy import from_scipy
     except ImportError:
@@ -66,23 +94,36 @@ def solve_command(args: argparse.Namespace) -> int:
     import scipy.sparse as sp
 
     from ust.api.linalg import DirectSolver, DirectSolverOptions, backward_error
+    from ust.cli import checks
     from ust.io import mmread
 
+    # every argument before any work: files, numbers, the execution space, the format text
+    checks.input_file(args.matrix)
+    if args.rhs:
+        checks.input_file(args.rhs)
+    checks.int_range(args.repeat, "--repeat", 1)
+    checks.execution(args.execution)
+    fmt = None
+    if args.format:
+        from ust.formats.library import resolve
+
+        fmt = resolve(args.format)
     t0 = time.perf_counter()
     a = sp.csr_matrix(mmread(args.matrix).to_scipy())
+    if a.shape[0] != a.shape[1]:
+        raise ShapeError(f"{args.matrix} is {a.shape[0]} x {a.shape[1]}; ust solve needs a square matrix")
     n = a.shape[0]
     _row(f"read {a.shape[0]} x {a.shape[1]}, nnz {a.nnz}, {a.dtype}", time.perf_counter() - t0)
     exact = None
     if args.rhs:
         b = _read_rhs(args.rhs, n)
     else:
-        # a.shape[1]: a non-square A gets ust's ShapeError below, not NumPy's error here
-        exact = np.ones(a.shape[1], dtype=np.result_type(a.dtype, np.float64))
+        exact = np.ones(n, dtype=np.result_type(a.dtype, np.float64))
         b = a @ exact
     operand: Any = a
-    if args.format:
+    if fmt is not None:
         t0 = time.perf_counter()
-        operand = _in_format(a, args.format)
+        operand = _in_format(a, fmt)
         _row(f"store A as {args.format}", time.perf_counter() - t0)
     options = DirectSolverOptions(
         matrix_type=args.matrix_type,
@@ -104,7 +145,7 @@ def solve_command(args: argparse.Namespace) -> int:
         small = f", {f.small_pivots} small pivot(s)" if f.small_pivots else ""
         _row(f"factorization ({fill}{small})", f.seconds)
         times = []
-        for _ in range(max(1, args.repeat)):
+        for _ in range(args.repeat):
             x = s.solve()
             times.append(s.timings["solve"])
         _row(f"solve (median of {len(times)})", float(np.median(times)))

@@ -40,6 +40,9 @@ SHOW_EXAMPLE = 'ust show "BSR[2,2]" --png bsr.png'
 CONVERT_HELP = "convert a Matrix Market or Binsparse file into another format and write it (.mtx, .npz, .h5)"
 CONVERT_EXAMPLE = 'ust convert matrix.mtx --format "BSR[2,2]" -o matrix.npz'
 
+#: The most entries of a sample (``ust show FORMAT --shape``), which is built as a dense array.
+_MAX_SAMPLE = 1_000_000
+
 #: File suffixes ``ust show`` reads as files (anything else is a format).
 _FILE_SUFFIXES = (".mtx", ".mm", ".npz", ".h5", ".hdf5", ".gz", ".bz2", ".xz")
 
@@ -194,14 +197,19 @@ def configure_show(p: argparse.ArgumentParser) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     from ust import io
+    from ust.cli import checks
     from ust.formats.library import resolve
 
     target: str = args.target
     convert_to = resolve(args.format) if args.format else None  # bad text fails before any work
+    checks.int_range(args.max_rows, "--max-rows", 1)
+    checks.int_range(args.max_cols, "--max-cols", 1)
+    if args.png:
+        checks.output_file(args.png, "--png")
     if _is_file(target):
         if args.shape:
             raise InvalidValueError("--shape sets the sample of a FORMAT; a file has its own shape")
-        t = io.read(target)
+        t = io.read(checks.input_file(target))
         origin = f"{target}: {_title(t.format)}"
     else:
         fmt = resolve(target)
@@ -209,6 +217,11 @@ def run_show(args: argparse.Namespace) -> int:
         if shape is not None and len(shape) != fmt.ndim:
             raise ShapeError(
                 f"--shape {args.shape} has {len(shape)} dimensions but the format has {fmt.ndim}"
+            )
+        if shape is not None and math.prod(shape) > _MAX_SAMPLE:
+            raise ShapeError(
+                f"--shape {args.shape} has {math.prod(shape)} entries; a sample is built dense, so at most "
+                f"{_MAX_SAMPLE:,} (show a file for larger tensors)"
             )
         t = sample_tensor(fmt, shape)
         what = " x ".join(map(str, t.shape)) if t.ndim > 1 else f"length-{t.shape[0]}"
@@ -251,16 +264,21 @@ def configure_convert(p: argparse.ArgumentParser) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     from ust import io
+    from ust.cli import checks
     from ust.formats.library import resolve
 
     fmt = resolve(args.format)  # bad format text: fail before reading anything
-    out = Path(args.output)
+    checks.input_file(args.input)
+    checks.dtype(args.dtype)
+    out = checks.output_file(args.output, "-o")
     if out.suffix.lower() not in (".mtx", ".npz", ".h5", ".hdf5"):
         raise InvalidValueError(f"-o {out}: the output must end in .mtx, .npz, .h5 or .hdf5")
     if out.suffix.lower() == ".mtx" and fmt.ndim != 2:
         raise InvalidValueError(
             f"-o {out}: Matrix Market holds matrices; {fmt.to_text()} has {fmt.ndim} dims"
         )
+    if args.compress and out.suffix.lower() == ".mtx":
+        raise InvalidValueError("--compress applies to Binsparse output (.npz, .h5); -o names a .mtx file")
     t0 = time.perf_counter()
     t = io.read(args.input)
     if args.dtype:

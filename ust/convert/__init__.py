@@ -9,7 +9,9 @@ against ``xp`` (:mod:`ust.convert.unpack`, :mod:`ust.convert.pack`).  Interop mo
 Importing this package registers the conversion methods of :class:`ust.Tensor`
 (``convert``, ``to_scipy``, ``to_cupyx``, ``to_torch``, ``todense``, ``to_device``, and the
 storage read ``unpack``) into :data:`ust.tensor.dispatch.CONVERSIONS`; each entry imports
-its module when first called.
+its module when first called.  :mod:`ust.convert.surface` registers the conversion half of
+the scipy.sparse surface (``toarray``, ``asformat``, ``scipy_data``, ``has_canonical_format``,
+``repr_html``, ``array``).
 """
 
 from __future__ import annotations
@@ -125,13 +127,15 @@ def asarray(
     device: str | int | None = None,
     prune: bool = False,
     max_padding: int | None = None,
+    blocksize: Any = None,
 ) -> Tensor:
     """A :class:`ust.Tensor` from a sparse matrix/array, a dense array or a Tensor.
 
     With ``format=None`` the source's own layout is kept, sharing its buffers where the
     layout maps 1:1 (scipy csr/csc/coo/bsr/dia, cupyx, torch; dense arrays become the
-    all-dense identity format).  ``format`` (a Format, a standard name such as ``"BSR[2,2]"``
-    or DSL text) converts; ``dtype`` casts the values, ``index_dtype`` the index buffers
+    all-dense identity format).  ``format`` (a Format, a standard name such as ``"BSR[2,2]"``,
+    SciPy's lowercase names such as ``"csr"``, ``"bsr"`` with ``blocksize=(r, c)``, or DSL
+    text) converts; ``dtype`` casts the values, ``index_dtype`` the index buffers
     (int32 / int64), ``device`` moves the buffers (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
     The caller's arrays are never modified.
 
@@ -143,7 +147,10 @@ def asarray(
     """
     from ust.formats.library import resolve
 
-    fmt = None if format is None else resolve(format)  # bad format text fails before any work
+    if format is None and blocksize is not None:
+        raise UnsupportedError("asarray: blocksize= goes with a format, e.g. format='bsr', blocksize=(2, 2)")
+    # bad format text fails before any work
+    fmt = None if format is None else resolve(format, blocksize=blocksize)
     t = _intake(obj)
     if dtype is not None and np.dtype(dtype) != t.dtype:
         t = t.astype(dtype, copy=False)
@@ -154,3 +161,7 @@ def asarray(
     elif index_dtype is not None and np.dtype(index_dtype) != t.index_dtype:
         t = t.convert(t.format, index_dtype=index_dtype)
     return t
+
+
+# the scipy.sparse surface's conversions and storage facts (toarray, asformat, data, ...)
+from ust.convert import surface as _surface  # noqa: E402, F401

@@ -20,6 +20,7 @@ from ust.formats.model import STANDARD_NAMER, FloorDiv, Format, LevelFormat, Mod
 from ust.grammar import ast
 from ust.grammar.ast import MAX_INT
 from ust.runtime.errors import FormatError, InvalidTypeError, UstError, UstSyntaxError
+from ust.runtime.suggest import did_you_mean
 
 __all__ = [
     "FormatTemplate",
@@ -130,7 +131,7 @@ def parse_formats(text: str) -> dict[str, Format | FormatTemplate]:
     """Parse a file of declarations: a mapping name -> Format (or FormatTemplate).
 
     ``text`` must be a ``str`` (else :class:`~ust.runtime.errors.InvalidTypeError`); its limits
-    (length, nesting, integers up to 2**63 - 1) are those of :mod:`ust.grammar.parser`.
+    (length, nesting, integers up to 2**63 - 1) are those of ``ust.grammar.parser``.
     """
     from ust.grammar.parser import parse_file
 
@@ -170,6 +171,8 @@ def _format_from_text(text: str) -> Format:
     """The one cache behind :func:`format`: DSL text and standard names alike."""
     if _NAME_RE.match(text) and "->" not in text:
         return get(text)
+    if "->" not in text and _LEADING_NAME_RE.match(text):
+        raise _bad_name(text)  # DSL text never starts with a name: this is a misspelt standard name
     from ust.grammar.parser import parse_spec
 
     return build_format(parse_spec(text))
@@ -178,6 +181,65 @@ def _format_from_text(text: str) -> Format:
 # A standard name, optionally with template arguments in [...] or (...): "BSR[2, 3]", "BSR(2,3)".
 _NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))?\s*$")
 _INT_RE = re.compile(r"\s*[0-9]+\s*")
+_LEADING_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)")
+_CLOSER = {"[": "]", "(": ")"}
+
+
+def _unknown_format(name: str, text: str) -> FormatError:
+    lib = _standard()
+    hint = did_you_mean(name, lib)
+    return FormatError(
+        f"[unknown-format] unknown standard format {text!r}; {hint + ' ' if hint else ''}known: {', '.join(lib)} "
+        "(DSL text starts with '(' or '#sparse_tensor.encoding')",
+        rule="unknown-format",
+    )
+
+
+def _bad_name(text: str) -> UstError:
+    """The error for text that starts with a name but is no standard name, at the real problem:
+    an unknown name (did you mean ...?), a bracket left open or closed by the wrong one."""
+    m = _LEADING_NAME_RE.match(text)
+    assert m is not None
+    name = m.group(1)
+    if name not in _standard():
+        shown = text.strip()
+        return _unknown_format(name, shown if len(shown) <= 60 else f"{shown[:28]}...{shown[-28:]}")
+    body = text.rstrip()
+    at = len(body) - len(body[m.end() :].lstrip())  # the first character after the name
+    opener = body[at : at + 1]
+    closer = _CLOSER.get(opener, "")
+    inner = body[at + 1 :] if closer else ""
+    wrong = next((k for k, c in enumerate(inner) if c in "[]()"), -1)  # the first bracket inside
+    end = at + 1 + wrong + 1  # after that bracket
+    rest = len(body) - len(body[end:].lstrip())  # the first character after it
+    if closer and wrong < 0:
+        where = len(body)
+        msg = (
+            f"missing {closer!r} after the parameters of {name} (write {name}{opener}{inner.strip()}{closer})"
+        )
+    elif closer and inner[wrong] == ("]" if closer == ")" else ")"):
+        where = at + 1 + wrong
+        msg = f"{opener!r} after {name} is closed by {inner[wrong]!r}; write {closer!r}"
+    elif closer and inner[wrong] == closer and rest < len(body):  # NAME[...] and then more
+        where = rest
+        msg = f"unexpected {body[where]!r} after {body[m.start(1) : end]}"
+    else:
+        where = at
+        msg = (
+            f"{name} is a standard name; write it alone, or with its parameters in brackets "
+            "(CSR, BSR[2, 2]); DSL text starts with '(' or '#sparse_tensor.encoding'"
+        )
+    line = text.count("\n", 0, where) + 1
+    start = text.rfind("\n", 0, where) + 1
+    column = where - start + 1
+    src = text[start:].split("\n", 1)[0]
+    excerpt = f"    {src}\n    {' ' * (column - 1)}^" if len(src) <= 120 else ""
+    return UstSyntaxError(
+        f"line {line}, column {column}: {msg}" + (f"\n{excerpt}" if excerpt else ""),
+        line=line,
+        column=column,
+        text=text,
+    )
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -247,11 +309,7 @@ def get(name: str) -> Format:
     m = _NAME_RE.match(name)
     lib = _standard()
     if not m or m.group(1) not in lib:
-        raise FormatError(
-            f"[unknown-format] unknown standard format {name!r}; known: {', '.join(lib)} "
-            "(DSL text starts with '(' or '#sparse_tensor.encoding')",
-            rule="unknown-format",
-        )
+        raise _unknown_format(m.group(1) if m else name, name)
     entry = lib[m.group(1)]
     raw_args = m.group(2) if m.group(2) is not None else m.group(3)
     if isinstance(entry, FormatTemplate):
@@ -274,15 +332,70 @@ def template(name: str) -> FormatTemplate:
     return entry
 
 
-def resolve(fmt: Any) -> Format:
-    """A Format from a Format, a standard name or DSL text (what every API accepts)."""
+def resolve(fmt: Any, *, blocksize: Any = None) -> Format:
+    """A Format from a Format, a standard name or DSL text (what every API accepts).
+
+    Standard names are matched case-insensitively here, so SciPy's names work wherever a
+    format is asked for (``"csr"``, ``"coo"``, ``"bsr[2, 2]"``); ``ust.format``, the parser of
+    the format language, stays case-sensitive.  ``blocksize=(r, c)`` goes with a bare
+    two-parameter template name (``"bsr"``, ``"BSC"``): ``resolve("bsr", blocksize=(2, 3))``
+    is ``BSR[2, 3]``, as SciPy's ``tobsr(blocksize=...)``.
+    """
+    if blocksize is not None:
+        return _with_blocksize(fmt, blocksize)
     if isinstance(fmt, Format):
         return fmt
     if isinstance(fmt, str):
-        return format(fmt)
+        return format(_standard_spelling(fmt))
     raise InvalidTypeError(
         f"a format must be a ust Format, a standard name or DSL text, not {type(fmt).__name__}"
     )
+
+
+def _standard_spelling(text: str) -> str:
+    """``text`` with a standard name spelt in another case replaced by the library's spelling
+    (``"csr"`` -> ``"CSR"``, ``"bsr[2,2]"`` -> ``"BSR[2,2]"``); any other text unchanged."""
+    m = _NAME_RE.match(text)
+    if not m or "->" in text:
+        return text
+    lib = _standard()
+    if m.group(1) in lib:
+        return text
+    spelt = _folded_names().get(m.group(1).casefold())
+    return text if spelt is None else text[: m.start(1)] + spelt + text[m.end(1) :]
+
+
+@functools.cache
+def _folded_names() -> dict[str, str]:
+    return {nm.casefold(): nm for nm in _standard()}
+
+
+def _with_blocksize(fmt: Any, blocksize: Any) -> Format:
+    """``BSR[r, c]`` (or ``BSC[r, c]``) from a bare template name and ``blocksize=(r, c)``."""
+    name = _standard_spelling(fmt.strip()) if isinstance(fmt, str) else None
+    entry = _standard().get(name) if name is not None else None
+    if not isinstance(entry, FormatTemplate) or len(entry.params) != 2:
+        raise FormatError(
+            f"[bad-parameter] blocksize= goes with a block template name ('bsr', 'BSR', 'BSC'), "
+            f"not with {_short(fmt)}",
+            rule="bad-parameter",
+        )
+    try:
+        r, c = blocksize
+    except (TypeError, ValueError):
+        raise FormatError(
+            f"[bad-parameter] blocksize must be a pair (r, c) of positive integers, got {_short(blocksize)}",
+            rule="bad-parameter",
+        ) from None
+    args = []
+    for a in (r, c):
+        if isinstance(a, bool) or not hasattr(a, "__index__"):
+            raise FormatError(
+                f"[bad-parameter] blocksize must be a pair (r, c) of positive integers, got {_short(blocksize)}",
+                rule="bad-parameter",
+            )
+        args.append(int(a.__index__()))
+    return entry.instantiate(tuple(args))
 
 
 def _constants(fmt: Format) -> list[int]:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from ust.grammar import ast
 from ust.runtime.errors import FormatError, ShapeError
+from ust.runtime.suggest import did_you_mean
 
 __all__ = [
     "MAX_DIMS",
@@ -426,16 +427,21 @@ def _build_type(lv: ast.LevelAST, params: Mapping[str, int], k: int) -> LevelTyp
     try:
         fmt = LevelFormat(lv.type_name)
     except ValueError:
-        known = ", ".join(f.value for f in LevelFormat)
+        known = [f.value for f in LevelFormat]
+        hint = did_you_mean(lv.type_name, known)
         raise _fail(
-            "unknown-level-type", f"unknown level type '{lv.type_name}'; expected one of {known}", k, lv
+            "unknown-level-type",
+            f"unknown level type '{lv.type_name}'; {hint + ' ' if hint else ''}expected one of {', '.join(known)}",
+            k,
+            lv,
         ) from None
     props = lv.properties
     for p in props:
         if p not in _KNOWN_PROPERTIES:
+            hint = did_you_mean(p, _KNOWN_PROPERTIES)
             raise _fail(
                 "unknown-property",
-                f"unknown property '{p}'; expected one of {', '.join(_KNOWN_PROPERTIES)}",
+                f"unknown property '{p}'; {hint + ' ' if hint else ''}expected one of {', '.join(_KNOWN_PROPERTIES)}",
                 k,
                 lv,
             )

@@ -531,7 +531,7 @@ def load(
 
     A file ust wrote comes back in exactly its Format with equal buffers; other files are
     read in the Format their descriptor names.  ``format`` converts after reading;
-    ``check`` validates the buffers (see :class:`~ust.tensor.Tensor`).
+    ``check`` validates the buffers (see :class:`~ust.Tensor`).
     """
     p = Path(path)
     doc, get = _read_container(p)

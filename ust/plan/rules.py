@@ -337,6 +337,54 @@ _DENSE_RULES: tuple[Rule, ...] = (
 )
 # fmt: on
 
+# ---------------------------------------------------------------------------- indexing (t[key])
+# An indexing Problem (ust.api.indexing.IndexProblem) says in ``key`` what the key selects:
+# "columns" (every row kept, columns chosen), "rows" (any other matrix key CSR serves), "nd"
+# (index arrays or a result of more than two dimensions: COO's semantics), "" (not a matrix).
+_CONDITIONS.update(
+    {
+        "matrix_row_key": lambda p: p.ndim == 2 and getattr(p, "key", "") == "rows",
+        "matrix_column_key": lambda p: p.ndim == 2 and getattr(p, "key", "") == "columns",
+    }
+)
+
+
+# fmt: off
+def _getitem_rules() -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    for dev in ("cpu", "cuda"):
+        rules += [
+            Rule("getitem", dev, frozenset({"CSR"}), "direct",
+                 "{fmt} is indexed in place: the rows the key reaches are gathered through its row "
+                 "positions, then matched against the key (an array program)",
+                 dtypes=ANY, index_dtypes=ANY),
+            Rule("getitem", dev, frozenset({"CSC"}), "direct",
+                 "{fmt} is indexed in place: the columns the key reaches are gathered through its "
+                 "column positions, then matched against the key (an array program)",
+                 dtypes=ANY, index_dtypes=ANY),
+            Rule("getitem", dev, frozenset({"COO", "COO3", "SparseVector"}), "direct",
+                 "{fmt} is indexed in place: its coordinates are masked and matched against the key "
+                 "(an array program), as SciPy's COO indexes",
+                 dtypes=ANY, index_dtypes=ANY),
+            Rule("getitem", dev, ANY, "via-csc",
+                 "{fmt} has no index of its own: converted once to CSC, since the key selects columns, "
+                 "then indexed as CSC", dtypes=ANY, index_dtypes=ANY, when="matrix_column_key",
+                 convert_to="CSC"),
+            Rule("getitem", dev, ANY, "via-csr",
+                 "{fmt} has no index of its own: converted once to CSR (the key selects rows or "
+                 "elements), then indexed as CSR", dtypes=ANY, index_dtypes=ANY, when="matrix_row_key",
+                 convert_to="CSR"),
+            Rule("getitem", dev, ANY, "via-coo",
+                 "{fmt} has no index of its own and the key needs COO's indexing (a tensor that is not "
+                 "a matrix, or a result or index arrays of more than two dimensions): its entries are "
+                 "unpacked once into coordinates, then indexed as SciPy's COO indexes",
+                 dtypes=ANY, index_dtypes=ANY, convert_to="COO"),
+        ]
+    return tuple(rules)
+# fmt: on
+
+_GETITEM_RULES: tuple[Rule, ...] = _getitem_rules()
+
 #: The rule table: read-only (a tuple of frozen rules; the conditions a read-only mapping).
 RULES: tuple[Rule, ...] = (
     *_MATMUL_RULES,
@@ -345,6 +393,7 @@ RULES: tuple[Rule, ...] = (
     *_SOLVE_RULES,
     *_ITERATIVE_RULES,
     *_DENSE_RULES,
+    *_GETITEM_RULES,
 )
 CONDITIONS: Mapping[str, Callable[[Problem], bool]] = MappingProxyType(_CONDITIONS)
 
@@ -368,5 +417,6 @@ PUBLIC_OPS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
         "iterative_solve": (("iterative_solve",), ("cpu", "cuda")),
         "dense_matmul": (("dense_matmul",), ("cpu", "cuda")),
         "fft": (("fft",), ("cpu", "cuda")),
+        "getitem": (("getitem",), ("cpu", "cuda")),
     }
 )

@@ -13,6 +13,8 @@ __all__ = [
     "DeviceError",
     "FileFormatError",
     "FormatError",
+    "IndexOutOfBoundsError",
+    "InvalidIndexError",
     "InvalidStateError",
     "InvalidTypeError",
     "InvalidValueError",
@@ -89,6 +91,17 @@ class InvalidValueError(UstError, ValueError):
 
 class InvalidTypeError(UstError, TypeError):
     """An argument of the wrong Python type: ``ust.format(b"...")``, ``asarray(x, format=123)``."""
+
+
+class IndexOutOfBoundsError(ShapeError, IndexError):
+    """An index outside a tensor's extent (``A[4]`` of a 4-row matrix): an IndexError too, as
+    NumPy and scipy.sparse raise."""
+
+
+class InvalidIndexError(InvalidTypeError, IndexError):
+    """A key a tensor cannot be indexed with (a float, a sparse mask, a mask of the wrong shape,
+    index arrays that do not broadcast, too many indices): an IndexError too, as scipy.sparse
+    raises."""
 
 
 class InvalidStateError(UstError, RuntimeError):

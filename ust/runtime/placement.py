@@ -12,9 +12,11 @@ their operands through :class:`Placement`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,47 @@ from ust.runtime.spaces import (
     to_space,
 )
 
-__all__ = ["Placement", "device_name"]
+__all__ = ["Placement", "device_name", "is_planning_only", "planning_only"]
+
+#: True inside :func:`planning_only`: placements plan but neither check a GPU nor move data.
+_PLANNING_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("ust_planning_only", default=False)
+
+
+@contextlib.contextmanager
+def planning_only() -> Iterator[None]:
+    """Within this block, placements only plan (``ust.explain``): a GPU execution space need
+    not answer and nothing moves, because the planner's rules depend on the execution space's
+    kind, never on the machine.  Tensors are seen "as if" on the execution device
+    (:class:`_OnDevice`); dense arrays stay where they are."""
+    token = _PLANNING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _PLANNING_ONLY.reset(token)
+
+
+def is_planning_only() -> bool:
+    """Whether the caller runs inside :func:`planning_only`."""
+    return _PLANNING_ONLY.get()
+
+
+class _OnDevice:
+    """A Tensor as planning sees it on another device: the tensor's attributes, that device's name
+    (its buffers stay where they are; nothing may run on them)."""
+
+    __slots__ = ("_device", "_tensor")
+
+    def __init__(self, tensor: Any, device: str) -> None:
+        self._tensor = tensor
+        self._device = device
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tensor, name)
+
 
 #: The dense package a result of each home package comes back in (sparse homes: their dense twin).
 _DENSE_PACKAGE = {"numpy": "numpy", "scipy": "numpy", "cupy": "cupy", "cupyx": "cupy", "torch": "torch"}
@@ -100,7 +142,7 @@ class Placement:
     def require_device(self) -> None:
         """A GPU execution space the operands are not on must answer (DeviceError /
         BackendUnavailableError naming the pip extra, before any work)."""
-        if self.space.is_cuda and self.space != self.home:
+        if self.space.is_cuda and self.space != self.home and not _PLANNING_ONLY.get():
             from ust.runtime.xp import require_device
 
             require_device(self.space.device_id)
@@ -128,8 +170,10 @@ class Placement:
         return moved.array
 
     def tensor(self, t: Any) -> Any:
-        """A Tensor on the execution space's device."""
-        return t if t.device == self.device else t.to(self.device)
+        """A Tensor on the execution space's device (inside :func:`planning_only`: seen there, not moved)."""
+        if t.device == self.device:
+            return t
+        return _OnDevice(t, self.device) if _PLANNING_ONLY.get() else t.to(self.device)
 
     def back(self, result: Any, logger: logging.Logger | None = None, what: str = "") -> Any:
         """The result in the operands' package and memory (no copy when it already is there);

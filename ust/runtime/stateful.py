@@ -3,7 +3,7 @@
 A stateful object separates a cheap specification (the constructor) from the costly planning
 (``plan()``) and the repeated work (``execute()`` or, for solvers, ``factorize()`` / ``solve()``),
 so loops amortise planning.  Subclasses implement the ``_plan`` / ``_execute`` / ... hooks and
-call :meth:`StatefulOperation._require` in any extra phase method of their own.
+call ``StatefulOperation._require`` in any extra phase method of their own.
 
 Saved plans are JSON files ``{"ust_version", "kind", "device", "versions", "plan"}``.  What
 happens with a file, for every stateful class alike (``ust.Matmul``, ``ust.dense.Matmul``,
@@ -11,14 +11,14 @@ happens with a file, for every stateful class alike (``ust.Matmul``, ``ust.dense
 
 * **Not a saved plan of this operation** -- it cannot be read, is not UTF-8 JSON, is not a JSON
   object with the five keys above of the right types, or holds a plan of another kind:
-  :meth:`StatefulOperation.read_plan`, and so every ``load_plan``, raises :class:`PlanFileError`
+  ``StatefulOperation.read_plan``, and so every ``load_plan``, raises :class:`PlanFileError`
   (the caller gave the wrong file; nothing is planned from it).
 * **Made by another ust, another library version or on another device**: not an error;
   ``read_plan`` gives None and a WARNING, and ``load_plan`` plans afresh.
 * **A plan of this operation whose contents are damaged** (the ``plan`` part of the wrong shape,
   missing or extra keys, values of the wrong type, an unknown route or variant name, arrays
-  whose dtype, shape or base64 do not decode -- see :func:`check_plan_fields` and
-  :func:`decode_array`) **or that does not fit these operands**: each class's ``load_plan``
+  whose dtype, shape or base64 do not decode -- see ``check_plan_fields`` and
+  ``decode_array``) **or that does not fit these operands**: each class's ``load_plan``
   turns what is wrong into one PlanFileError, logs its message as a WARNING and plans afresh,
   exactly as for a plan made elsewhere; none of the file's values reaches a library call.
   (``ust.dense.Matmul.load_plan`` also takes its epilogue from the file: when that one field is

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from ust.runtime.errors import BackendUnavailableError, DeviceError
+from ust.runtime.log import get_logger
+from ust.runtime.versions import minimum, parse_version, requirement
 
 __all__ = [
     "as_index",
@@ -64,13 +66,42 @@ def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
     if module != "cupy" and module.partition(".")[0] not in ("cupy", "cupyx"):
         raise ValueError(f"import_cupy imports CuPy modules only, not {module!r}")
     try:
-        return importlib.import_module(module)
+        found = importlib.import_module(module)
     except ImportError as exc:
         raise BackendUnavailableError(
             f"CuPy is needed to run on the GPU but cannot be imported ({exc}); "
             'for CUDA 12 use pip install "ust[cu12]"',
             pip_command=f'pip install "ust[{extra}]"',
         ) from None
+    if module == "cupy" and id(found) not in _VERSION_CHECKED:  # once per CuPy module, not per call
+        _VERSION_CHECKED.add(id(found))
+        _check_cupy_version(str(getattr(found, "__version__", "")), _cupy_cuda_major(found))
+    return found
+
+
+_VERSION_CHECKED: set[int] = set()
+
+
+def _cupy_cuda_major(cupy: Any) -> int:
+    """The CUDA major CuPy runs (its runtime's version), 12 where it cannot say."""
+    try:
+        return int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    except Exception:  # a CuPy without a usable CUDA runtime, or a stand-in
+        return 12
+
+
+@functools.cache
+def _check_cupy_version(version: str, cuda_major: int) -> None:
+    """Warn, once per version, about a CuPy older than :mod:`ust.runtime.versions` asks for."""
+    found = parse_version(version)
+    floor = minimum("cupy", cuda_major)
+    if found is not None and found < floor:
+        get_logger("runtime.xp").warning(
+            "CuPy %s is older than ust supports with CUDA %d (%s); GPU routes may fail",
+            version,
+            cuda_major,
+            requirement("cupy", cuda_major),
+        )
 
 
 @functools.cache

@@ -267,15 +267,22 @@ class Tensor:
         index_dtype: Any = None,
         prune: bool = False,
         max_padding: int | None = None,
+        blocksize: Any = None,
     ) -> Tensor:
         """This tensor in another format (same shape, dtype and device).
 
-        ``prune`` keeps the n largest magnitudes of each block for ``structured[n, m]``
-        targets (otherwise a fuller block is an error); ``max_padding`` raises the number of
-        padding value slots a target may need (DIA of many diagonals, big blocks).
+        ``format`` is a Format, a standard name (SciPy's lowercase names too: ``"csr"``) or DSL
+        text; ``blocksize=(r, c)`` with ``"bsr"`` means ``BSR[r, c]``.  ``prune`` keeps the n
+        largest magnitudes of each block for ``structured[n, m]`` targets (otherwise a fuller
+        block is an error); ``max_padding`` raises the number of padding value slots a target
+        may need (DIA of many diagonals, big blocks).
         """
         return conversion("convert")(
-            self, resolve(format), index_dtype=index_dtype, prune=prune, max_padding=max_padding
+            self,
+            resolve(format, blocksize=blocksize),
+            index_dtype=index_dtype,
+            prune=prune,
+            max_padding=max_padding,
         )
 
     def to_scipy(self) -> Any:
@@ -350,6 +357,175 @@ class Tensor:
     def plot(self, path: Any = None, **kwargs: Any) -> Any:
         """Draw the sparsity pattern and the level structure (matplotlib, the ``plot`` extra)."""
         return conversion("plot")(self, path, **kwargs)
+
+    # -- the scipy.sparse array surface ------------------------------------------------------
+    # Each method routes to a registered implementation: conversions and storage facts in
+    # ust.convert.surface, elementwise ops and reductions in ust.api.surface, indexing in
+    # ust.api.indexing.  In-place methods (eliminate_zeros, sum_duplicates, sort_indices, setdiag)
+    # give this object new buffers and return None, as scipy's do; arrays shared zero-copy with
+    # the caller are never written.
+    def toarray(self, order: Any = None, out: Any = None) -> Any:
+        """A dense array of ``shape`` (NumPy on the CPU, CuPy on a GPU), as scipy's ``toarray``."""
+        return conversion("toarray")(self, order, out)
+
+    def asformat(self, format: Any, copy: bool = False, **kwargs: Any) -> Tensor:  # noqa: A002
+        """This tensor in ``format``: a ust format or a scipy name (``"csr"``, ``"bsr"`` with
+        ``blocksize=``); the same object when it is already in it and ``copy`` is False."""
+        return conversion("asformat")(self, format, copy=copy, **kwargs)
+
+    def tocsr(self, copy: bool = False) -> Tensor:
+        return self.asformat("csr", copy=copy)
+
+    def tocsc(self, copy: bool = False) -> Tensor:
+        return self.asformat("csc", copy=copy)
+
+    def tocoo(self, copy: bool = False) -> Tensor:
+        return self.asformat("coo", copy=copy)
+
+    def todia(self, copy: bool = False) -> Tensor:
+        return self.asformat("dia", copy=copy)
+
+    def tobsr(self, blocksize: Any = None, copy: bool = False) -> Tensor:
+        return self.asformat("bsr", copy=copy, blocksize=blocksize)
+
+    @property
+    def data(self) -> Any:
+        """The stored values in scipy's layout for CSR/CSC/COO/BSR/DIA (``values`` otherwise)."""
+        return conversion("scipy_data")(self)
+
+    @property
+    def size(self) -> int:
+        """Stored values, explicit zeros included: scipy's ``size`` (= :attr:`nnz`)."""
+        return self.nnz
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every stored buffer (positions, coordinates, values)."""
+        return sum(int(a.nbytes) for a in self.buffers().values())
+
+    @property
+    def has_canonical_format(self) -> bool:
+        """Whether the stored coordinates are sorted and duplicate-free (scipy's meaning)."""
+        return bool(conversion("has_canonical_format")(self))
+
+    def eliminate_zeros(self) -> None:
+        """Drop explicitly stored zeros, in place (the format is kept)."""
+        self._adopt(operator("eliminate_zeros")(self))
+
+    def sum_duplicates(self) -> None:
+        """Sum duplicate entries and sort the coordinates, in place (the format is kept)."""
+        self._adopt(operator("sum_duplicates")(self))
+
+    def sort_indices(self) -> None:
+        """Sort the coordinates of every compressed segment, in place (the format is kept)."""
+        self._adopt(operator("sort_indices")(self))
+
+    def setdiag(self, values: Any, k: int = 0) -> None:
+        """Set diagonal ``k`` to ``values`` (a scalar or a sequence), in place, as scipy does."""
+        self._adopt(operator("setdiag")(self, values, k))
+
+    def __getitem__(self, key: Any) -> Any:
+        return operator("getitem")(self, key)
+
+    def __abs__(self) -> Any:
+        return operator("absolute")(self)
+
+    def __pow__(self, other: Any) -> Any:
+        return operator("power")(self, other)
+
+    def power(self, n: Any, dtype: Any = None) -> Any:
+        """Elementwise ``n``-th power of the stored values (scipy's ``power``)."""
+        return operator("power")(self, n, dtype)
+
+    def conj(self, copy: bool = True) -> Any:
+        return operator("conj")(self, copy)
+
+    def conjugate(self, copy: bool = True) -> Any:
+        return operator("conj")(self, copy)
+
+    @property
+    def real(self) -> Any:
+        return operator("real")(self)
+
+    @property
+    def imag(self) -> Any:
+        return operator("imag")(self)
+
+    def __eq__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "eq")
+
+    def __ne__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "ne")
+
+    def __lt__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "lt")
+
+    def __le__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "le")
+
+    def __gt__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "gt")
+
+    def __ge__(self, other: Any) -> Any:
+        return operator("compare")(self, other, "ge")
+
+    __hash__ = None  # type: ignore[assignment]  # elementwise ==, as scipy's and NumPy's arrays
+
+    def __bool__(self) -> bool:
+        return bool(operator("truth")(self))
+
+    def mean(self, axis: Any = None, dtype: Any = None) -> Any:
+        """Mean over ``axis`` (implicit zeros counted), as scipy.sparse."""
+        return operator("mean")(self, axis, dtype)
+
+    def count_nonzero(self, axis: Any = None) -> Any:
+        """Stored values that are not zero (over ``axis``), as scipy.sparse."""
+        return operator("count_nonzero")(self, axis)
+
+    def diagonal(self, k: int = 0) -> Any:
+        """Diagonal ``k`` as a dense 1-D array."""
+        return operator("diagonal")(self, k)
+
+    def reshape(self, *shape: Any, order: str = "C", copy: bool = False) -> Any:
+        """The same entries in another shape (row-major ``order="C"`` or ``"F"``), as scipy."""
+        return operator("reshape")(self, shape, order, copy)
+
+    def multiply(self, other: Any) -> Any:
+        """Elementwise product (broadcasting as scipy's ``multiply``)."""
+        return operator("multiply_pointwise")(self, other)
+
+    def dot(self, other: Any) -> Any:
+        """The matrix product, as ``self @ other`` (scalars multiply)."""
+        return operator("dot")(self, other)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: format, shape, nnz, storage bytes and a small sparsity picture."""
+        return str(conversion("repr_html")(self))
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """NumPy's hook (``np.asarray(t)``; SciPy functions given a Tensor take this path): the
+        dense array, for CPU tensors of at most ``ust.convert.surface.ARRAY_ELEMENT_LIMIT``
+        elements; above it a ShapeError names ``t.to_scipy()`` (docs/guide.rst)."""
+        return conversion("array")(self, dtype, copy)
+
+    def matvec(self, x: Any) -> Any:
+        """``self @ x``: with :meth:`rmatvec`, what ``scipy.sparse.linalg.aslinearoperator``
+        reads, so SciPy's iterative solvers take a Tensor without densifying it."""
+        return operator("matmul_operator")(self, x)
+
+    def rmatvec(self, x: Any) -> Any:
+        """``self^H @ x`` (the transposed view; the vector conjugated, never the matrix)."""
+        if self.dtype.kind != "c":
+            return operator("matmul_operator")(self.T, x)
+        return operator("matmul_operator")(self.T, x.conj()).conj()
+
+    rmatmat = rmatvec
+
+    def _adopt(self, other: Tensor) -> None:
+        """Take ``other``'s storage (the in-place methods: this object gets new buffers)."""
+        self._shape, self._format = other._shape, other._format
+        self._pos, self._crd, self._values = other._pos, other._crd, other._values
+        self._index_dtype, self._nnz = other._index_dtype, other._nnz
 
     def to(self, device: str | int) -> Tensor:
         """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""

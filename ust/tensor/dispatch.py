@@ -7,10 +7,16 @@ them all).  A method whose entry is missing raises a :class:`~ust.runtime.errors
 naming the module that registers it.
 
 ``OPERATORS``: ``add``, ``subtract``, ``multiply``, ``divide``, ``negative``,
-``matmul_operator``, ``rmatmul``, ``transpose``, ``sum``, ``max``, ``min``.
+``matmul_operator``, ``rmatmul``, ``transpose``, ``sum``, ``max``, ``min``; the scipy.sparse
+surface of :mod:`ust.api.surface` (``eliminate_zeros``, ``sum_duplicates``, ``sort_indices``,
+``setdiag``, ``absolute``, ``power``, ``conj``, ``real``, ``imag``, ``compare``, ``truth``,
+``mean``, ``count_nonzero``, ``diagonal``, ``reshape``, ``multiply_pointwise``, ``dot``) and
+``getitem`` (:mod:`ust.api.indexing`).
 ``CONVERSIONS``: ``convert``, ``to_scipy``, ``to_cupyx``, ``to_torch``, ``todense``,
 ``to_device``, ``unpack`` (storage order entries of a :class:`~ust.tensor.Buffers`),
-``plot`` (a picture, :mod:`ust.io.plot`).
+``plot`` (a picture, :mod:`ust.io.plot`); ``toarray``, ``asformat``, ``scipy_data``,
+``has_canonical_format``, ``repr_html`` and ``array`` (``Tensor.__array__``;
+:mod:`ust.convert.surface`).
 """
 
 from __future__ import annotations

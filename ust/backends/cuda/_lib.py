@@ -23,10 +23,19 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ust.runtime import versions
 from ust.runtime.errors import BackendUnavailableError
 from ust.runtime.log import get_logger
 
-__all__ = ["candidate_dirs", "declare", "find_file", "library_path", "load_library", "pip_command"]
+__all__ = [
+    "candidate_dirs",
+    "declare",
+    "find_file",
+    "library_path",
+    "load_library",
+    "pathfinder_usable",
+    "pip_command",
+]
 
 _log = get_logger("backends.cuda.lib")
 
@@ -93,7 +102,35 @@ def _find_in_dirs(name: str, dirs: Iterable[str], major: int | None = None) -> s
     return None
 
 
+@functools.cache
+def pathfinder_usable() -> bool:
+    """True when ``cuda.pathfinder`` is installed in a version ust accepts
+    (:mod:`ust.runtime.versions`; an older one does not know every library ust loads)."""
+    try:
+        import importlib.metadata
+
+        installed = importlib.metadata.version("cuda-pathfinder")
+    except Exception:  # not installed (or no metadata: then the import below decides)
+        installed = None
+    found = versions.parse_version(installed) if installed else None
+    floor = versions.minimum("cuda-pathfinder")
+    if found is not None and found < floor:
+        _log.debug(
+            "cuda-pathfinder %s is older than %s: not used, the library directories are searched",
+            installed,
+            versions.version_text(floor),
+        )
+        return False
+    try:
+        import cuda.pathfinder  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _via_pathfinder(name: str) -> str | None:
+    if not pathfinder_usable():
+        return None
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
     except ImportError:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ust.backends.cuda._lib import declare, find_file, library_path, load_library
 from ust.backends.cuda.arrays import import_cupy
+from ust.runtime import versions
 from ust.runtime.errors import BackendUnavailableError, UstError
 from ust.runtime.log import get_logger
 
@@ -184,23 +185,26 @@ SUPPORTED = ", ".join(f"{a}.{b}" for a, b in ABIS)
 
 
 def abi_for(version: tuple[int, ...], extra: str = "cu13") -> Abi:
-    """The table for a cuDSS version: exact match, the newest table (with a warning) for newer releases."""
+    """The table for a cuDSS version: exact match; for a release between or after the tables, the
+    newest older table (with a warning); below ``ust.runtime.versions``' minimum, refused."""
     key = (version[0], version[1])
     text = ".".join(str(v) for v in version)
     if key in ABIS:
         return ABIS[key]
-    if key > max(ABIS):
-        _log.warning(
-            "cuDSS %s is newer than the versions ust was checked with (%s); using the %d.%d tables",
-            text,
-            SUPPORTED,
-            *max(ABIS),
+    if key < versions.minimum("cudss", extra):
+        raise BackendUnavailableError(
+            f"cuDSS {text} is too old (its C API differs); ust supports cuDSS {SUPPORTED}",
+            pip_command=f'pip install "{versions.requirement("cudss", extra)}"',
         )
-        return ABIS[max(ABIS)]
-    raise BackendUnavailableError(
-        f"cuDSS {text} is too old (its C API differs); ust supports cuDSS {SUPPORTED}",
-        pip_command=f'pip install "nvidia-cudss-{extra}>=0.8"',
+    table = max(k for k in ABIS if k < key)
+    _log.warning(
+        "cuDSS %s is %s the versions ust was checked with (%s); using the %d.%d tables",
+        text,
+        "newer than" if key > max(ABIS) else "between",
+        SUPPORTED,
+        *table,
     )
+    return ABIS[table]
 
 
 class CudssError(UstError, RuntimeError):

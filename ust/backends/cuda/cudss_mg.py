@@ -40,6 +40,7 @@ from ust.backends.cuda.cudss import (
     CudssLibrary,
     get_library,
 )
+from ust.runtime import versions
 from ust.runtime.errors import BackendUnavailableError, InvalidValueError
 from ust.runtime.log import get_logger
 
@@ -154,7 +155,7 @@ def comm_layer_path(layer: str, lib: CudssLibrary | None = None) -> str:
     if not path:
         raise BackendUnavailableError(
             f"cuDSS's {layer} communication layer ({stem}) was not found beside libcudss",
-            pip_command='pip install "nvidia-cudss-cu13>=0.8"',
+            pip_command=f'pip install "{versions.requirement("cudss", getattr(lib, "extra", "cu13"))}"',
         )
     for dep in needs:
         try:

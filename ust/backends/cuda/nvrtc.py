@@ -46,9 +46,12 @@ def _candidates() -> list[str]:
     if env:
         out.append(env)
     try:  # pragma: no cover - optional dependency
-        from cuda import pathfinder
+        from ust.backends.cuda._lib import pathfinder_usable
 
-        out.append(pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path)
+        if pathfinder_usable():
+            from cuda import pathfinder
+
+            out.append(pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path)
     except Exception:
         pass
     for base in sys.path:

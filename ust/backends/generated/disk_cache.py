@@ -38,6 +38,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,20 @@ from pathlib import Path
 from ust.codegen.cache import content_key
 from ust.runtime.log import get_logger
 
-__all__ = ["Artifact", "ArtifactCache", "cache_dir", "content_key", "private_copy"]
+__all__ = [
+    "KINDS",
+    "Artifact",
+    "ArtifactCache",
+    "CacheEntry",
+    "CacheReport",
+    "cache_dir",
+    "clear_cache",
+    "content_key",
+    "private_copy",
+    "prune_cache",
+    "remove_entries",
+    "scan_cache",
+]
 
 _log = get_logger(__name__)
 
@@ -168,6 +182,15 @@ def _read_entry(path: Path) -> bytes | None:
         return _read_all(fd)
     finally:
         os.close(fd)
+
+
+def _touch(path: Path) -> None:
+    """Mark an entry used now: its modification time is its last use, so that pruning removes the
+    least recently used first (the access time is no record of use: noatime / relatime mounts,
+    and any reader -- ``ust cache info`` too -- changes it)."""
+    if os.utime in os.supports_follow_symlinks:
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
 
 
 def _read_all(fd: int) -> bytes:
@@ -325,6 +348,7 @@ class ArtifactCache:
             data = blob[head:]
             if not hmac.compare_digest(blob[len(MAGIC) : head], _mac(secret, name, data)):
                 raise _Untrusted(f"cache entry {path} fails its HMAC check (corrupt or tampered)")
+            _touch(path)
             return data
         except _Untrusted as exc:
             _log.warning("refusing a cache entry: %s; rebuilding it", exc)
@@ -379,3 +403,226 @@ class ArtifactCache:
             return Artifact(hit[0], hit[1], False)
         data = build()
         return Artifact(data, self.store(key, suffix, data), True)
+
+
+# ------------------------------------------------------------------------- seeing and bounding it
+#
+# ``ust cache info | clear | prune``.  The same rules as above hold: nothing is created, the root
+# must be a directory only this user can write (it may be reached through a link, as above), a
+# kind directory must be one too and is never followed when it is a link, and only files ust
+# wrote are removed: regular files (never links) owned by the user, named as ust names entries,
+# beginning with ust's MAGIC.  Anything else is counted as "other" and left alone.
+
+#: The kinds of artefact, one directory each under the root (ArtifactCache's ``kind``).
+KINDS = ("c", "cuda")
+_ENTRY_RE = re.compile(r"^[0-9a-f]{64}\.[A-Za-z0-9_]+$")  # <content key><suffix>, e.g. <sha256>.so
+_TEMP_RE = re.compile(r"^\.[0-9a-f]{64}\.[A-Za-z0-9_]+\..+\.tmp$")  # _atomic_write's temporaries
+#: A temporary file older than this is left over from a process that died while writing it.
+STALE_TEMP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A file ust wrote in the cache: an artefact, or a temporary one a dead writer left."""
+
+    kind: str
+    path: Path
+    size: int
+    last_used: float  # seconds since the epoch: its modification time, which every hit renews (_touch)
+    temporary: bool
+    ident: tuple[int, int]  # (st_dev, st_ino) when scanned: removal checks it is still this file
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """What the cache at ``root`` holds (:func:`scan_cache`).  ``problem`` says why ust does not
+    use (or touch) the root at all, ``notes`` which kind directories it skipped and why, and
+    ``other`` lists what was left alone because ust did not write it."""
+
+    root: Path
+    exists: bool
+    problem: str | None
+    entries: tuple[CacheEntry, ...]
+    other: tuple[Path, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (entries, bytes), every kind listed."""
+        out = dict.fromkeys(KINDS, (0, 0))
+        for e in self.entries:
+            n, b = out[e.kind]
+            out[e.kind] = (n + 1, b + e.size)
+        return out
+
+
+def _is_ours(st: os.stat_result) -> bool:
+    """A regular file (not a link) owned by this user that only this user can write."""
+    try:
+        _check_owner_and_mode(st, "file", Path())
+    except _Untrusted:
+        return False
+    return stat.S_ISREG(st.st_mode)
+
+
+def _starts_with_magic(path: Path, st: os.stat_result, *, partial: bool) -> bool:
+    """Whether the file (still the one ``st`` describes) begins with MAGIC (``partial``: a
+    temporary file may hold only the first bytes of it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK)
+    except OSError:
+        return False
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            return False
+        head = os.read(fd, len(MAGIC))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return head == MAGIC or (partial and MAGIC.startswith(head))
+
+
+def scan_cache(root: Path | None = None, *, now: float | None = None) -> CacheReport:
+    """The entries of the cache at ``root`` (default :func:`cache_dir`), creating nothing."""
+    root = root or cache_dir()
+    now = time.time() if now is None else now
+    try:
+        st = os.stat(root)  # the root may be reached through a link; its target is checked
+    except FileNotFoundError:
+        return CacheReport(root, False, None, (), ())
+    except OSError as exc:
+        return CacheReport(root, True, f"cannot inspect {root} ({exc.strerror or exc})", (), ())
+    try:
+        if not stat.S_ISDIR(st.st_mode):
+            raise _Untrusted(f"cache directory {root} is not a directory")
+        _check_owner_and_mode(st, "cache directory", root)
+    except _Untrusted as exc:
+        return CacheReport(root, True, str(exc), (), ())
+    entries: list[CacheEntry] = []
+    other: list[Path] = []
+    problems: list[str] = []
+    for kind in KINDS:
+        d = root / kind
+        try:
+            dst = os.lstat(d)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"cannot inspect {d} ({exc.strerror or exc})")
+            continue
+        try:
+            if stat.S_ISLNK(dst.st_mode):
+                raise _Untrusted(f"cache directory {d} is a link (not followed)")
+            if not stat.S_ISDIR(dst.st_mode):
+                raise _Untrusted(f"cache directory {d} is not a directory")
+            _check_owner_and_mode(dst, "cache directory", d)
+        except _Untrusted as exc:
+            problems.append(str(exc))
+            other.append(d)
+            continue
+        try:
+            names = sorted(os.listdir(d))
+        except OSError as exc:
+            problems.append(f"cannot list {d} ({exc.strerror or exc})")
+            continue
+        for name in names:
+            path = d / name
+            entry = _ENTRY_RE.match(name) is not None
+            temp = not entry and _TEMP_RE.match(name) is not None
+            try:
+                fst = os.lstat(path)
+            except OSError:
+                continue  # gone meanwhile
+            stale = temp and now - fst.st_mtime > STALE_TEMP_SECONDS
+            if (entry or stale) and _is_ours(fst) and _starts_with_magic(path, fst, partial=temp):
+                entries.append(
+                    CacheEntry(kind, path, fst.st_size, fst.st_mtime, temp, (fst.st_dev, fst.st_ino))
+                )
+            elif not temp:  # a fresh temporary file is a writer's at work: not "other" either
+                other.append(path)
+    return CacheReport(root, True, None, tuple(entries), tuple(other), tuple(problems))
+
+
+def remove_entries(entries: tuple[CacheEntry, ...] | list[CacheEntry]) -> tuple[int, int]:
+    """Remove these entries of a :func:`scan_cache` report; (files removed, bytes freed).
+
+    Each file is checked again just before: still the same file (device and inode), still a
+    regular file owned by this user, its directory still a real directory.  A file that changed
+    is left alone; ``unlink`` removes a name, never what a link points to.
+    """
+    removed = freed = 0
+    checked: dict[Path, bool] = {}
+    for e in entries:
+        d = e.path.parent
+        if d not in checked:
+            try:
+                dst = os.lstat(d)
+                checked[d] = stat.S_ISDIR(dst.st_mode) and not stat.S_ISLNK(dst.st_mode)
+            except OSError:
+                checked[d] = False
+        if not checked[d]:
+            continue
+        try:
+            st = os.lstat(e.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) != e.ident or not _is_ours(st):
+            continue
+        try:
+            os.unlink(e.path)
+        except OSError as exc:
+            _log.warning("cannot remove cache entry %s (%s)", e.path, exc.strerror or exc)
+            continue
+        removed += 1
+        freed += e.size
+    return removed, freed
+
+
+def _usable(report: CacheReport) -> CacheReport:
+    if report.problem:
+        from ust.runtime.errors import InvalidStateError
+
+        raise InvalidStateError(f"not touching the kernel cache: {report.problem}")
+    return report
+
+
+def clear_cache(root: Path | None = None) -> tuple[CacheReport, int, int]:
+    """Remove every entry ust wrote (nothing else); (the report before, files removed, bytes freed)."""
+    report = _usable(scan_cache(root))
+    removed, freed = remove_entries(report.entries)
+    return report, removed, freed
+
+
+def prune_cache(
+    max_bytes: int | None = None,
+    older_than: float | None = None,
+    root: Path | None = None,
+    *,
+    now: float | None = None,
+) -> tuple[CacheReport, int, int]:
+    """Bound the cache: remove entries unused for ``older_than`` seconds, then the least recently
+    used ones until at most ``max_bytes`` remain; stale temporary files always go.
+    (the report before, files removed, bytes freed)."""
+    now = time.time() if now is None else now
+    report = _usable(scan_cache(root, now=now))
+    doomed = [
+        e
+        for e in report.entries
+        if e.temporary or (older_than is not None and now - e.last_used > older_than)
+    ]
+    if max_bytes is not None:
+        gone = {e.path for e in doomed}
+        keep = sorted((e for e in report.entries if e.path not in gone), key=lambda e: e.last_used)
+        total = sum(e.size for e in keep)
+        for e in keep:  # least recently used first
+            if total <= max_bytes:
+                break
+            doomed.append(e)
+            total -= e.size
+    removed, freed = remove_entries(doomed)
+    return report, removed, freed
