@@ -12,7 +12,7 @@ breakdown (the last finite iterate comes back, with a warning).
 runs through the planner's route for A's own format (a DIA matrix runs the generated DIA
 kernel).  The space follows the operands as everywhere in ust (``execution=`` moves them);
 x comes back in b's package.  ``M`` is a preconditioner name of
-:data:`~ust.api.precond.PRECONDITIONERS` or an operator approximating A^-1 (SciPy's convention).
+``ust.api.precond.PRECONDITIONERS`` or an operator approximating A^-1 (SciPy's convention).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from ust.api.krylov import METHODS, run
 from ust.runtime.errors import InvalidValueError, ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
+from ust.runtime.options import option
 from ust.runtime.placement import Placement
 from ust.runtime.stateful import StatefulOperation
 
@@ -52,32 +53,28 @@ class IterativeSolverWarning(UserWarning):
 
 @dataclass(frozen=True)
 class IterativeOptions:
-    """Options of :class:`IterativeSolver` and the one-shot functions (a dict of these names works).
+    """Options of :class:`IterativeSolver` and the one-shot functions (a dict of these names works)."""
 
-    check_every
-        Iterations between convergence tests, the only host synchronisations of a GPU iteration
-        (None: 1 on the CPU, 8 on a GPU).  A test may find convergence up to ``check_every - 1``
-        iterations late: x is then more accurate, never less.
-    restart
-        GMRES: the Krylov dimension between restarts (SciPy's default 20).
-    shift
-        MINRES: solve ``(A - shift I) x = b``.
-    preconditioner
-        Options of the preconditioner (``block_size``, ``degree``, ``max_coarse``, ...; see
-        :func:`ust.api.precond.build_preconditioner`).
-    """
-
-    check_every: int | None = None
-    restart: int = 20
-    shift: float = 0.0
-    preconditioner: Mapping[str, Any] = field(default_factory=dict)
+    check_every: int | None = option(
+        None,
+        "Iterations between convergence tests, the only host synchronisations of a GPU iteration "
+        "(None: 1 on the CPU, 8 on a GPU). A test may see convergence up to ``check_every - 1`` "
+        "iterations late: x is then more accurate, never less.",
+    )
+    restart: int = option(20, "GMRES: the Krylov dimension between restarts (SciPy's default 20).")
+    shift: float = option(0.0, "MINRES: solve ``(A - shift I) x = b``.")
+    preconditioner: Mapping[str, Any] | None = option(
+        None,
+        "Options of the preconditioner (``block_size``, ``degree``, ``max_coarse``, ...; see "
+        "the preconditioner table of ``ust.api.precond``).",
+    )
 
     def __post_init__(self) -> None:
         if self.check_every is not None and (not isinstance(self.check_every, int) or self.check_every < 1):
             raise UnsupportedError(f"check_every must be a positive integer, not {self.check_every!r}")
         if not isinstance(self.restart, int) or self.restart < 1:
             raise UnsupportedError(f"restart must be a positive integer, not {self.restart!r}")
-        if not isinstance(self.preconditioner, Mapping):
+        if self.preconditioner is not None and not isinstance(self.preconditioner, Mapping):
             raise UnsupportedError("options['preconditioner'] must be a mapping of preconditioner options")
 
     @classmethod
@@ -291,9 +288,9 @@ class IterativeSolver(StatefulOperation):
         target = self._op.tensor
         if target is None:  # a LinearOperator system with a user M: only its shape matters
             return build_preconditioner(
-                self._M, _ShapeOnly(self.n, self.dtype), options=self.options.preconditioner
+                self._M, _ShapeOnly(self.n, self.dtype), options=self.options.preconditioner or {}
             )
-        return build_preconditioner(self._M, target, options=self.options.preconditioner)
+        return build_preconditioner(self._M, target, options=self.options.preconditioner or {})
 
     def _describe_pre(self) -> str:
         return "none" if self._pre is None else str(self._pre.describe())

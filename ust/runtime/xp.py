@@ -69,9 +69,8 @@ def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
         found = importlib.import_module(module)
     except ImportError as exc:
         raise BackendUnavailableError(
-            f"CuPy is needed to run on the GPU but cannot be imported ({exc}); "
-            'for CUDA 12 use pip install "ust[cu12]"',
-            pip_command=f'pip install "ust[{extra}]"',
+            f"CuPy is needed to run on the GPU but cannot be imported ({exc})",
+            pip_command=f'pip install "ust[{extra}]", or "ust[cu12]" for CUDA 12',
         ) from None
     if module == "cupy" and id(found) not in _VERSION_CHECKED:  # once per CuPy module, not per call
         _VERSION_CHECKED.add(id(found))
