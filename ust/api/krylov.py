@@ -56,6 +56,11 @@ class _Setup:
         r = self.b - self.matvec(x)
         return r, float(self.xp.linalg.norm(r))
 
+    @property
+    def host_scalars(self) -> bool:
+        """Whether the recurrence scalars are host numbers (NumPy), free to test every step."""
+        return self.xp is np
+
     def checks(self, it: int) -> bool:
         return it % self.check_every == 0 or it >= self.maxiter
 
@@ -88,7 +93,10 @@ def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
     x, r, rn = _start(s, x0)
     if rn <= s.tol:
         return KrylovOutcome(x, 0, 0, rn)
-    good = x.copy()
+    # host scalars (NumPy): a non-finite step is seen before x takes it, so no copy of x is
+    # kept; device scalars: the last x whose residual was finite, refreshed at each test
+    good = None if s.host_scalars else x.copy()
+    breakdown = "a non-finite CG scalar (p^H A p = 0?)"
     z = s.precondition(r)
     p = z.copy()
     rz = _dot(xp, r, z)
@@ -97,6 +105,8 @@ def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
         it += 1
         q = s.matvec(p)
         alpha = rz / _dot(xp, p, q)
+        if good is None and not _finite(abs(alpha)):
+            return KrylovOutcome(x, -1, it, s.true_residual(x)[1], breakdown)
         x += alpha * p
         r -= alpha * q
         if s.callback is not None:
@@ -104,13 +114,14 @@ def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
         if s.checks(it):
             rn = float(xp.linalg.norm(r))
             if not _finite(rn):
-                _, rn_good = s.true_residual(good)
-                return KrylovOutcome(good, -1, it, rn_good, "a non-finite CG scalar (p^H A p = 0?)")
+                last = x if good is None else good
+                return KrylovOutcome(last, -1, it, s.true_residual(last)[1], breakdown)
             if rn <= s.tol:
                 r, rn = s.true_residual(x)
                 if rn <= s.tol:
                     return KrylovOutcome(x, 0, it, rn)
-            good[...] = x
+            if good is not None:
+                good[...] = x
         z = s.precondition(r)
         rz_new = _dot(xp, r, z)
         p *= rz_new / rz
