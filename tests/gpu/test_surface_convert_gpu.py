@@ -125,7 +125,8 @@ def test_storage_facts_on_the_gpu(name: str) -> None:
     assert d.data.ptr == gpu.values.data.ptr  # a view, no copy
     assert gpu.size == cpu.size
     assert gpu.nbytes == cpu.nbytes
-    assert gpu.has_canonical_format is cpu.has_canonical_format is True
+    # scipy's tobsr leaves block columns unsorted: a BSR made by it is not canonical, on both
+    assert gpu.has_canonical_format is cpu.has_canonical_format is (name != "bsr")
     if name in ("csr", "csc", "coo"):
         assert gpu.size == gpu.to_cupyx().nnz
 

@@ -169,7 +169,9 @@ def _key_array(idx: Any, xp: ModuleType) -> Any:
             raise InvalidIndexError(f"invalid index {idx!r}: {exc}") from None
         if host.dtype == object:
             raise InvalidIndexError(f"invalid index {idx!r}: not an integer or boolean array")
-        arr = host if xp is np else xp.asarray(host)
+        # the dtype is checked below on the host array: a string key must fail the same way on
+        # both devices (CuPy cannot even hold one)
+        arr = host if xp is np or host.dtype.kind not in "biu" else xp.asarray(host)
     kind = np.dtype(arr.dtype).kind
     if kind == "b":
         if arr.ndim == 0:
