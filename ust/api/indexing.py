@@ -178,8 +178,9 @@ def _key_array(idx: Any, xp: ModuleType) -> Any:
             raise InvalidIndexError("a 0-d boolean index is not supported (scipy.sparse neither)")
         return arr
     if kind not in "iu":
-        if arr.size == 0 and arr.ndim > 0:
-            return arr.astype(np.int64)
+        if arr.size == 0 and arr.ndim > 0:  # an empty list: float64 to NumPy, an empty int key
+            empty = arr.astype(np.int64)
+            return empty if xp is np or _xp.is_cupy(empty) else xp.asarray(empty)
         if arr.ndim == 0:
             raise InvalidIndexError(
                 f"invalid index {idx!r}: only integers, slices, None, Ellipsis and integer or "
