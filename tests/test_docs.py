@@ -218,6 +218,8 @@ def test_solver_options_state_their_allowed_values() -> None:
 def test_options_directive_renders_type_default_text_and_choices() -> None:
     import sys
 
+    pytest.importorskip("docutils", reason="the docs extension needs Sphinx's docutils (the docs extra)")
+
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
         from ust_options import alias_lines, option_lines

@@ -68,6 +68,7 @@ __all__ = [
     "IterativeResult",
     "IterativeSolver",
     "IterativeSolverWarning",
+    "MixedPrecisionSolver",
     "PlanInfo",
     "backward_error",
     "bicgstab",
@@ -93,6 +94,12 @@ from ust.api.iterative import (
 
 _log = get_logger("linalg")
 
+PRECISIONS = ("double", "mixed")
+#: precision="mixed": the backward error the refinement must reach, its GMRES restart length and
+#: the restart cycles it may take (each step costs one SpMV and one low-precision solve)
+MIXED_TARGET_BACKWARD_ERROR = 1e-14
+MIXED_RESTART = 20
+MIXED_MAX_CYCLES = 5
 MATRIX_TYPES = ("general", "symmetric", "spd", "hermitian", "hpd")
 MATRIX_VIEWS = ("full", "lower", "upper")
 PIVOTING = ("auto", "none", "global_col", "global_row", "diagonal", "local_block", "bunch_kaufman")
@@ -210,6 +217,15 @@ class DirectSolverOptions:
         """GPU indices to solve on: one index runs on that GPU, two or more run cuDSS's multi-GPU
         (MG) mode over them.  None: the GPU of the operands or of ``execution``.""",
     )
+    precision: str = option(
+        "double",
+        """``double``: factor in the solve dtype.  ``mixed`` (float64 / complex128 systems): factor
+        a float32 (complex64) copy of A, with cuDSS or SuperLU, and refine each solution to
+        float64 accuracy by GMRES preconditioned with that factorisation (GMRES-based iterative
+        refinement); :class:`~ust.SolverAccuracyError` when the refinement does not reach a
+        backward error of 1e-14, never a silent fall-back.""",
+        choices=PRECISIONS,
+    )
 
     def __post_init__(self) -> None:
         if self.devices is not None:  # [0, 1, ...]: one GPU -> that GPU; several -> cuDSS MG mode
@@ -220,6 +236,7 @@ class DirectSolverOptions:
         _one_of("matrix_view", self.matrix_view, MATRIX_VIEWS)
         _one_of("reordering", self.reordering, REORDERINGS)
         _one_of("pivoting", self.pivoting, PIVOTING)
+        _one_of("precision", self.precision, PRECISIONS)
         if self.host_threads is not None and (
             not isinstance(self.host_threads, int) or self.host_threads < 1
         ):
@@ -924,6 +941,12 @@ class DirectSolver(StatefulOperation):
 
     kind: ClassVar[str] = "direct_solver"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``options={"precision": "mixed"}`` makes the mixed-precision solver (a subclass)."""
+        if cls is DirectSolver and DirectSolverOptions.coerce(kwargs.get("options")).precision == "mixed":
+            return super().__new__(MixedPrecisionSolver)
+        return super().__new__(cls)
+
     def __init__(
         self, a: Any, b: Any, *, options: Any = None, execution: Any = None, stream: Any = None
     ) -> None:
@@ -1483,6 +1506,122 @@ class DirectSolver(StatefulOperation):
 
 
 # ------------------------------------------------------------------------------------- one-shot
+
+
+def _low_precision(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.complex64 if dtype.kind == "c" else np.float32)
+
+
+class _LowPrecisionEngine:
+    """A factorisation engine of the float32 copy: new float64 values are cast on the way in."""
+
+    def __init__(self, engine: Any, low: np.dtype) -> None:
+        self.engine, self.low = engine, low
+
+    def set_values(self, data: Any, full_matrix: Any) -> None:
+        self.engine.set_values(data.astype(self.low), lambda: full_matrix().astype(self.low))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+class MixedPrecisionSolver(DirectSolver):
+    """``DirectSolver(..., options={"precision": "mixed"})``: the factorisation of a float32
+    (complex64) copy of A -- half the bytes, the library's faster single-precision kernels --
+    and, for each solve, GMRES in float64 preconditioned by it until the backward error is
+    ``MIXED_TARGET_BACKWARD_ERROR`` (1e-14; GMRES-IR).  The analysis, plan files, ``reset_operands``
+    and the checks are those of :class:`DirectSolver`; a refinement that does not get there is a
+    :class:`~ust.SolverAccuracyError` suggesting ``precision="double"``.
+    """
+
+    def __init__(
+        self, a: Any, b: Any, *, options: Any = None, execution: Any = None, stream: Any = None
+    ) -> None:
+        opts = DirectSolverOptions.coerce(options)
+        n = _sparse_shape(a)[0] if len(_sparse_shape(a)) == 2 else 0
+        _, _, _, b_dtype = _dense_rhs(b, n) if len(_sparse_shape(a)) == 2 else (None, None, None, np.float64)
+        dtype = _solve_dtype(_np_dtype(a), np.dtype(b_dtype))
+        if dtype not in (np.dtype(np.float64), np.dtype(np.complex128)):
+            raise UnsupportedError(
+                f"precision='mixed' factors a float64 or complex128 system in single precision; this "
+                f"system is {dtype}: use precision='double'"
+            )
+        self._low = _low_precision(dtype)
+        self._b_low: Any = None
+        super().__init__(a, b, options=opts, execution=execution, stream=stream)
+        _log.info("mixed precision: %s factorisation, %s refinement by GMRES", self._low, self.dtype)
+
+    def _make_engine(self, pivot_epsilon: float | None = None) -> Any:
+        """The planned route's engine, built on the float32 copy of A and b."""
+        if self.n == 0:
+            return super()._make_engine(pivot_epsilon)
+        csr, b, full, dtype = self._csr, self._b, self._full, self.dtype
+        low = self._low
+        self._b_low = b.astype(low, order="F")
+        self._csr = _Csr(csr.indptr, csr.indices, csr.data.astype(low), csr.n, csr.xp)
+        self._full = None if full is None else full.astype(low)
+        self._b, self.dtype = self._b_low, low
+        try:
+            engine = super()._make_engine(pivot_epsilon)
+        finally:
+            self._csr, self._b, self._full, self.dtype = csr, b, full, dtype
+        return _LowPrecisionEngine(engine, low)
+
+    def solve(self) -> Any:
+        """x to float64 accuracy: the single-precision solve, refined by GMRES (checked unless check=False)."""
+        if self._stale and not self._freed:
+            raise InvalidStateError(
+                "the matrix values changed (reset_operands(a=...)); call refactorize() or factorize() before solve()"
+            )
+        self._require("solve", "plan", "factorize")
+        if self.n == 0:
+            return super().solve()
+        x, _ = self._timed("solve", self._refine)
+        self._check(x)
+        return self._deliver(x)
+
+    def _refine(self) -> Any:
+        from ust.api.krylov import run
+
+        e = self._engine
+        xp = self._csr.xp
+        full = self._full_matrix()
+        if self._norm_a is None:
+            self._norm_a = _norm_inf(full, xp)
+        low, dtype = self._low, self.dtype
+        e.bind_rhs(self._b_low)
+        x = e.solve(self._b_low).astype(dtype, order="F")
+        steps = 0
+        for j in range(self._b.shape[1]):  # one refinement per right-hand side column
+            b = self._b[:, j]
+            x0 = x[:, j].copy()
+            target = MIXED_TARGET_BACKWARD_ERROR * (self._norm_a * float(abs(x0).max()) + float(abs(b).max()))
+
+            def low_solve(r: Any) -> Any:
+                return e.correction(r.astype(low).reshape(-1, 1)).reshape(-1).astype(dtype)
+
+            out = run(
+                "gmres", lambda v: full @ v, b, x0, xp=xp, tol=target, maxiter=MIXED_MAX_CYCLES,
+                psolve=low_solve, restart=MIXED_RESTART,
+            )  # fmt: skip
+            steps += out.iterations
+            if out.info != 0:
+                raise SolverAccuracyError(
+                    f"precision='mixed': GMRES refinement of the {low} factorisation did not reach a "
+                    f"backward error of {MIXED_TARGET_BACKWARD_ERROR:g} in {out.iterations} steps (residual "
+                    f"{out.residual_norm:.3e}); the matrix is too ill-conditioned for single-precision "
+                    "factors: use precision='double'",
+                )
+            x[:, j] = out.x
+        e.bind_rhs(self._b_low)
+        _log.info("mixed precision: %d GMRES refinement steps over %d right-hand side(s)", steps, x.shape[1])
+        return x
+
+    def _reset_operands(self, **operands: Any) -> None:
+        super()._reset_operands(**operands)
+        if operands.get("b") is not None and self.n:
+            self._b_low = self._b.astype(self._low, order="F")
+            self._engine.bind_rhs(self._b_low)
 
 
 def solve(
