@@ -126,7 +126,7 @@ def cpu(m: int) -> list[dict[str, Any]]:
     return rows
 
 
-def gpu(m: int) -> list[dict[str, Any]]:
+def gpu(m: int, amg: bool = True) -> list[dict[str, Any]]:
     import cupy as cp
     import cupyx.scipy.sparse as csp
     import cupyx.scipy.sparse.linalg as cspla
@@ -138,14 +138,67 @@ def gpu(m: int) -> list[dict[str, Any]]:
     csr = ust.asarray(a, device="cuda")
     rows = [
         _row("cupyx cg", ga, b, _scipy_like(cspla.cg, ga, b, cp, maxiter=20000), cp),
-        _row("cupyx cg + Jacobi", ga, b, _scipy_like(cspla.cg, ga, b, cp, M=_jacobi_operator(ga, cspla.LinearOperator), maxiter=20000), cp),
+        _row(
+            "cupyx cg + Jacobi",
+            ga,
+            b,
+            _scipy_like(cspla.cg, ga, b, cp, M=_jacobi_operator(ga, cspla.LinearOperator), maxiter=20000),
+            cp,
+        ),
         _row("ust cg + jacobi (CSR)", ga, b, _ust(csr, b, "cg", "jacobi", maxiter=20000), cp),
         _row("ust cg + jacobi (DIA)", ga, b, _ust(dia, b, "cg", "jacobi", maxiter=20000), cp),
-        _row("ust cg + amg (DIA)", ga, b, _ust(dia, b, "cg", "amg"), cp),
-        _row("ust cg + amg (CSR)", ga, b, _ust(csr, b, "cg", "amg"), cp),
-    ]  # fmt: skip
+    ]
+    if amg:
+        rows += [
+            _row("ust cg + amg (DIA)", ga, b, _ust(dia, b, "cg", "amg"), cp),
+            _row("ust cg + amg (CSR)", ga, b, _ust(csr, b, "cg", "amg"), cp),
+        ]
     return rows
 
+
+def mixed(m: int, device: str) -> list[dict[str, Any]]:
+    """The direct solve of Poisson m^3 in float64 vs precision="mixed" (float32 factors, GMRES-IR):
+    phases and the final backward error, each run twice (the second timed)."""
+    a = poisson3d(m)
+    b = np.random.default_rng(0).standard_normal(a.shape[0])
+    rows = []
+    for precision in ("double", "mixed"):
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with ust.DirectSolver(a, b, options={"precision": precision}, execution=device) as s:
+                s.execute()
+                total = time.perf_counter() - t0
+                tm = dict(s.timings)
+                err = s.backward_error
+        rows.append(
+            {
+                "solver": f"ust direct, precision={precision}",
+                "end to end s": total,
+                "analysis s": tm.get("analysis"),
+                "factorization s": tm.get("factorization"),
+                "solve s": tm.get("solve"),
+                "factor + solve s": (tm.get("factorization") or 0.0) + (tm.get("solve") or 0.0),
+                "backward error": err,
+            }
+        )
+    base = rows[0]
+    for r in rows:
+        r["factor + solve vs double"] = base["factor + solve s"] / r["factor + solve s"]
+        r["end to end vs double"] = base["end to end s"] / r["end to end s"]
+    return rows
+
+
+MIXED_COLUMNS = [
+    "solver",
+    "end to end s",
+    "analysis s",
+    "factorization s",
+    "solve s",
+    "factor + solve s",
+    "backward error",
+    "factor + solve vs double",
+    "end to end vs double",
+]
 
 COLUMNS = [
     "solver",
@@ -164,9 +217,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--m", type=int, default=None, help="Poisson grid side (default 60 CPU, 200 GPU)")
     p.add_argument("--write", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    p.add_argument(
+        "--mixed", type=int, default=0, help="also the mixed-precision direct solve of m^3 (0: skip)"
+    )
+    p.add_argument("--only-mixed", action="store_true", help="only the mixed-precision comparison")
+    p.add_argument(
+        "--skip-amg", action="store_true", help="GPU: leave out the AMG rows (their host setup is long)"
+    )
     args = p.parse_args(argv)
+    if args.mixed:
+        table = markdown(mixed(args.mixed, args.device), MIXED_COLUMNS)
+        print(f"Direct solve of Poisson 3-D {args.mixed}^3 on {args.device}: float64 vs precision='mixed'\n")
+        print(table)
+        if args.write:
+            cmd = f"python -m benchmarks.bench_iterative --device {args.device} --mixed {args.mixed} --only-mixed"
+            append_results(f"Mixed-precision direct solve ({args.device})", cmd, table)
+        if args.only_mixed:
+            return
     m = args.m or (200 if args.device == "cuda" else 60)
-    rows = gpu(m) if args.device == "cuda" else cpu(m)
+    rows = gpu(m, amg=not args.skip_amg) if args.device == "cuda" else cpu(m)
     base = next(r for r in rows if r["solver"].startswith(("scipy cg", "cupyx cg")))
     for r in rows:
         r["vs baseline"] = base["total s"] / r["total s"]
