@@ -114,6 +114,16 @@ def configure_explain(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--to", help="target format (for convert)")
     p.add_argument("--k", type=int, default=1, help="columns of the dense operand of matmul")
+    from ust.cli.solve import METHODS, PRECONDS
+
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        help="explain solve: direct (the default) or the Krylov method an iterative solve would run",
+    )
+    p.add_argument(
+        "--precond", choices=PRECONDS, help="explain solve: the preconditioner of an iterative --method"
+    )
 
 
 #: The explain operations that take ``--execution`` (a conversion and a transpose run where the tensor is).
@@ -139,6 +149,16 @@ def run_explain(args: argparse.Namespace) -> int:
         raise InvalidValueError(
             f"--execution applies to explain {', '.join(_PLACED)}; {args.op} runs where the tensor is"
         )
+    method = getattr(args, "method", None)
+    precond = getattr(args, "precond", None)
+    for flag, value in (("--method", method), ("--precond", precond)):
+        if value is not None and args.op != "solve":
+            raise InvalidValueError(f"{flag} applies to explain solve, not to explain {args.op}")
+    if precond not in (None, "none") and method in (None, "direct"):
+        raise InvalidValueError(
+            f"--precond {precond} needs an iterative --method (cg, minres, gmres or bicgstab); "
+            "the direct solver takes no preconditioner"
+        )
     target = resolve(args.to) if args.to else None
     t = _load(args, fmt)
     n = t.shape[-1]
@@ -149,7 +169,10 @@ def run_explain(args: argparse.Namespace) -> int:
     elif args.op == "convert":
         print(ust.explain("convert", t, target))
     elif args.op == "solve":
-        print(ust.explain("solve", t, np.ones(t.shape[0], dtype=t.dtype), **where))
+        iterative: dict[str, Any] = {}
+        if method not in (None, "direct"):  # explain_iterative: method, preconditioner, SpMV route
+            iterative = {"method": method, "M": None if precond in (None, "none") else precond}
+        print(ust.explain("solve", t, np.ones(t.shape[0], dtype=t.dtype), **where, **iterative))
     elif args.op in ("add", "multiply"):
         print(ust.explain(args.op, t, t, **where))
     elif args.op == "sum":

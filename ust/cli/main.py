@@ -202,7 +202,8 @@ _COMMANDS: dict[str, _Command] = {
     "spmv": _tensor_command("spmv"),
     "explain": _tensor_command("explain"),
     "solve": _Command(
-        "solve A x = b with cuDSS on the GPU or SuperLU on the CPU, printing each phase's time and the residual",
+        "solve A x = b with cuDSS on the GPU or SuperLU on the CPU (or a Krylov method: --method cg "
+        "--precond amg), printing each phase's time and the residual",
         "ust solve A.mtx --rhs b.mtx --execution cuda",
         _configure_solve,
         _run_solve,
