@@ -10,17 +10,32 @@ columns then, in one copy).  Convergence always means the *true* residual
 it, and the iteration goes on from the true residual when the two disagree.  A breakdown
 (a zero or non-finite recurrence scalar) returns the last iterate whose residual was finite,
 with ``info < 0``: never a NaN-filled x.
+
+On a GPU, CG runs its vector operations through the fused kernels of
+:mod:`ust.backends.cuda.krylov_kernels` (five kernels per iteration besides the SpMV, a Jacobi
+preconditioner applied inside the update pass; :data:`FUSED_GPU_CG`): the same recurrence as the
+plain CuPy operations, to rounding.  The CPU path is plain NumPy.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["METHODS", "KrylovOutcome", "run"]
+from ust.runtime.xp import is_cupy
+
+__all__ = ["FUSED_GPU_CG", "METHODS", "KrylovOutcome", "run"]
+
+#: Whether CG on a GPU runs the fused vector kernels of :mod:`ust.backends.cuda.krylov_kernels`
+#: (five kernels per iteration besides the SpMV) rather than plain CuPy operations (about ten);
+#: the environment variable ``UST_KRYLOV_FUSED=0`` turns them off too.  Both run the same
+#: recurrence and agree to rounding.
+FUSED_GPU_CG = True
 
 Vector = Any
 Op = Callable[[Vector], Vector]
@@ -89,6 +104,9 @@ def _start(s: _Setup, x0: Vector | None) -> tuple[Vector, Vector, float]:
 
 
 def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
+    ops = _fused_ops(s)
+    if ops is not None:
+        return _cg_fused(s, x0, ops)
     xp = s.xp
     x, r, rn = _start(s, x0)
     if rn <= s.tol:
@@ -126,6 +144,93 @@ def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
         rz_new = _dot(xp, r, z)
         p *= rz_new / rz
         p += z
+        rz = rz_new
+    _, rn = s.true_residual(x)
+    return KrylovOutcome(x, 0 if rn <= s.tol else s.maxiter, it, rn)
+
+
+_FUSED_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def _fused_ops(s: _Setup) -> Any:
+    """The fused GPU vector operations for this CG (the module :mod:`ust.backends.cuda.krylov_kernels`),
+    or None: on the CPU, for a dtype they do not take, or when :data:`FUSED_GPU_CG` (or
+    ``UST_KRYLOV_FUSED=0``) turns them off."""
+    if s.host_scalars or not FUSED_GPU_CG or os.environ.get("UST_KRYLOV_FUSED", "1").strip() == "0":
+        return None
+    if not is_cupy(s.b) or s.b.ndim != 1 or s.b.dtype not in _FUSED_DTYPES:
+        return None
+    from ust.backends.cuda import krylov_kernels
+
+    return krylov_kernels
+
+
+def _jacobi_inverse(s: _Setup) -> Vector | None:
+    """The vector ``d`` of a preconditioner whose ``apply(r)`` is ``r * d`` (Jacobi: it says so by
+    a ``diagonal_inverse(dtype)`` method), when ``d`` can be fused into the CG step (a
+    C-contiguous vector of b's dtype on b's device); else None."""
+    owner = getattr(s.psolve, "__self__", s.psolve)
+    get = getattr(owner, "diagonal_inverse", None)
+    if not callable(get):
+        return None
+    d = get(s.b.dtype)
+    if (
+        d is None
+        or not is_cupy(d)
+        or d.dtype != s.b.dtype
+        or tuple(d.shape) != tuple(s.b.shape)
+        or not d.flags.c_contiguous
+        or d.device.id != s.b.device.id
+    ):
+        return None
+    return d
+
+
+def _cg_fused(s: _Setup, x0: Vector | None, ops: Any) -> KrylovOutcome:
+    """:func:`_cg`'s recurrence on a GPU through fused kernels (``ops``): per iteration the SpMV,
+    ``p^H q`` (two kernels), one pass that updates x and r, applies a Jacobi preconditioner and
+    forms ``r^H z`` and ``r^H r`` (two kernels), and ``p = z + beta p`` (one).  alpha and beta are
+    divided inside the kernels that use them; the convergence test reads ``r^H r`` (one host
+    read every ``check_every`` iterations, as the unfused path reads its norm).  Another
+    preconditioner runs after the fused update, and ``r^H z`` is then one more dot."""
+    x, r, rn = _start(s, x0)
+    if rn <= s.tol:
+        return KrylovOutcome(x, 0, 0, rn)
+    good = x.copy()  # the last x whose residual was finite, refreshed at each test
+    breakdown = "a non-finite CG scalar (p^H A p = 0?)"
+    dinv = _jacobi_inverse(s)
+    general = s.psolve is not None and dinv is None  # a preconditioner the step cannot fuse
+    zbuf = None if dinv is None else s.xp.empty_like(s.b)
+
+    def precondition(r: Vector) -> tuple[Vector, Any]:
+        z = r if s.psolve is None else r * dinv if dinv is not None else s.psolve(r)
+        return z, ops.dot(r, z)
+
+    z, rz = precondition(r)
+    p = z.astype(s.b.dtype, order="C", copy=True)
+    it = 0
+    while it < s.maxiter:
+        it += 1
+        q = s.matvec(p)
+        pq = ops.dot(p, q)
+        z, rz_new, rr = ops.cg_step(x, r, p, q, (rz, pq), dinv, out=zbuf)
+        if s.callback is not None:
+            s.callback(x)
+        restart = general
+        if s.checks(it):
+            rn = math.sqrt(float(rr))
+            if not _finite(rn):
+                return KrylovOutcome(good, -1, it, s.true_residual(good)[1], breakdown)
+            if rn <= s.tol:
+                r, rn = s.true_residual(x)
+                if rn <= s.tol:
+                    return KrylovOutcome(x, 0, it, rn)
+                r = s.xp.ascontiguousarray(r)
+                restart = True  # the recurrence goes on from the true residual
+            good[...] = x
+        if restart:
+            z, rz_new = precondition(r)
+        ops.xpby(z, (rz_new, rz), p)
         rz = rz_new
     _, rn = s.true_residual(x)
     return KrylovOutcome(x, 0 if rn <= s.tol else s.maxiter, it, rn)

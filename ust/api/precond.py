@@ -61,7 +61,9 @@ class Preconditioner(Protocol):
     """What the Krylov solvers call: ``apply(r)`` is ``z = M^-1 r``.
 
     ``r`` is a 1-D NumPy / CuPy array on the execution device; ``apply`` returns a new 1-D array
-    of r's dtype (complex when A is complex and r real) and never writes ``r``.
+    of r's dtype (complex when A is complex and r real) and never writes ``r``.  A preconditioner
+    whose ``apply(r)`` is ``r * d`` may also have ``diagonal_inverse(dtype)`` returning ``d``
+    (Jacobi does): the GPU CG then applies it inside its fused update.
     """
 
     name: str
@@ -263,6 +265,16 @@ class _Jacobi(_Base):
     def apply(self, r: Any) -> Any:
         dt = self._check(r)
         return _finish(r * self._inverse(dt), dt)
+
+    def diagonal_inverse(self, dtype: Any) -> Any:
+        """The vector ``d`` with ``apply(r) == r * d`` for an ``r`` of ``dtype``, in that dtype, on the
+        preconditioner's device: what a solver fuses into its own kernels (the GPU CG step does);
+        None where ``apply`` would change r's dtype (a complex r on a real A, an integer r)."""
+        dt = np.dtype(dtype)
+        if _out_dtype(dt, self.dtype) != dt:
+            return None
+        inv = self._inverse(dt)
+        return inv if inv.dtype == dt else None
 
     def describe(self) -> str:
         return f"Jacobi (inverse diagonal), {self.n} rows"
