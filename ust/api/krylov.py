@@ -122,7 +122,8 @@ def _cg(s: _Setup, x0: Vector | None, **_: Any) -> KrylovOutcome:
     while it < s.maxiter:
         it += 1
         q = s.matvec(p)
-        alpha = rz / _dot(xp, p, q)
+        with np.errstate(divide="ignore", invalid="ignore"):  # p^H A p = 0: the breakdown below
+            alpha = rz / _dot(xp, p, q)
         if good is None and not _finite(abs(alpha)):
             return KrylovOutcome(x, -1, it, s.true_residual(x)[1], breakdown)
         x += alpha * p
