@@ -48,6 +48,7 @@ from ust.api.matmul import matmul_operator
 from ust.convert.dense import dense_format
 from ust.convert.layouts import coo_format
 from ust.convert.pack import pack, padding_limit
+from ust.convert.surface import unshared
 from ust.convert.unpack import Entries, unpack
 from ust.formats.analysis import entries_unique, sort_prefix
 from ust.formats.model import Format, LevelFormat, Mod
@@ -170,27 +171,6 @@ def _pack_keys(like: Keyed, keys: Any, values: Any, fmt: Format, t: Tensor) -> T
     return _pack(Entries(like.xp, src, like.shape, lvl, values, src, True), fmt, t)
 
 
-def _unshared(res: Tensor, *sources: Tensor) -> Tensor:
-    """``res`` with a private copy of every buffer that may share memory with a source's."""
-    xp = res.xp
-    theirs = [a for s in sources for a in s.buffers().values()]
-
-    def own(a: Any) -> Any:
-        if a is None or not any(xp.may_share_memory(a, b) for b in theirs):
-            return a
-        return a.copy()
-
-    nl = res.format.nlevels
-    pos = [own(res.pos(k)) for k in range(nl)]
-    crd = [own(res.crd(k)) for k in range(nl)]
-    vals = own(res.values)
-    if vals is res.values and all(
-        p is res.pos(k) and c is res.crd(k) for k, (p, c) in enumerate(zip(pos, crd))
-    ):
-        return res
-    return res._replace(pos, crd, vals)
-
-
 def _with_values(t: Tensor, values: Any, *, share_index: bool = False) -> Tensor:
     """``t``'s structure with new ``values`` (a fresh array): index buffers copied, or shared."""
     nl = t.format.nlevels
@@ -300,7 +280,7 @@ def eliminate_zeros(t: Any) -> Tensor:
     if not _has_fill(t.format) and not bool((t.values == 0).any()):
         return t.copy()
     ent = unpack(t, keep_zeros=False)
-    return _unshared(_pack(ent, t.format, t), t)
+    return unshared(_pack(ent, t.format, t), t)
 
 
 @register(OPERATORS, "sum_duplicates")
@@ -313,7 +293,7 @@ def sum_duplicates(t: Any) -> Tensor:
     if fmt == t.format:
         return t.copy()
     ent = unpack(t, keep_zeros=True)
-    return _unshared(_pack(ent, fmt, t), t)
+    return unshared(_pack(ent, fmt, t), t)
 
 
 @register(OPERATORS, "sort_indices")
@@ -325,7 +305,7 @@ def sort_indices(t: Any) -> Tensor:
     if fmt == t.format:
         return t.copy()
     ent = unpack(t, keep_zeros=True)
-    return _unshared(_pack(ent, fmt, t), t)
+    return unshared(_pack(ent, fmt, t), t)
 
 
 def _diag_values(t: Tensor, values: Any) -> Any:
@@ -389,7 +369,7 @@ def setdiag(t: Any, values: Any, k: Any = 0) -> Tensor:
     v = xp.concatenate([ent.values[keep], new_vals])
     dense = dense_format(2)
     out = Entries(xp, dense, t.shape, [r, c], v, None, ent.unique)
-    return _unshared(_pack(out, t.format, t, extra_slots=_diag_slots(t, length)), t)
+    return unshared(_pack(out, t.format, t, extra_slots=_diag_slots(t, length)), t)
 
 
 def _diag_slots(t: Tensor, length: int) -> int:
@@ -748,7 +728,7 @@ def reshape(t: Any, shape: Any, order: str = "C", copy: bool = False) -> Tensor:
     in_order = order == "C" and _row_major_sorted(ent)
     moved = Entries(xp, dense, new, coords, ent.values, dense if in_order else None, ent.unique)
     res = _pack(moved, _result_format(t, new, unique=ent.unique), t)
-    return _unshared(res, t) if copy else res
+    return unshared(res, t) if copy else res
 
 
 # ----------------------------------------------------------------------------- multiply / dot

@@ -44,6 +44,7 @@ __all__ = [
     "repr_html",
     "scipy_data",
     "toarray",
+    "unshared",
 ]
 
 #: ``np.asarray(t)`` (``Tensor.__array__``) densifies tensors of at most this many elements
@@ -250,10 +251,11 @@ def _blocksize(blocksize: Any) -> tuple[int, int]:
     return rc
 
 
-def _unshared(res: Tensor, src: Tensor) -> Tensor:
-    """``res`` with a private copy of every buffer that may share memory with ``src``'s."""
-    xp = src.xp
-    theirs = list(src.buffers().values())
+def unshared(res: Tensor, *sources: Tensor) -> Tensor:
+    """``res`` with a private copy of every buffer that may share memory with a source's (``res``
+    itself when none does): what a result the caller may write must not alias its operands."""
+    xp = res.xp
+    theirs = [a for src in sources for a in src.buffers().values()]
 
     def own(a: Any) -> Any:
         if a is None or not any(xp.may_share_memory(a, b) for b in theirs):
@@ -263,7 +265,12 @@ def _unshared(res: Tensor, src: Tensor) -> Tensor:
     nl = res.format.nlevels
     pos = [own(res.pos(k)) for k in range(nl)]
     crd = [own(res.crd(k)) for k in range(nl)]
-    return res._replace(pos, crd, own(res.values))
+    vals = own(res.values)
+    if vals is res.values and all(
+        p is res.pos(k) and c is res.crd(k) for k, (p, c) in enumerate(zip(pos, crd))
+    ):
+        return res
+    return res._replace(pos, crd, vals)
 
 
 def _same(t: Tensor, copy: bool) -> Tensor:
@@ -321,7 +328,7 @@ def asformat(t: Tensor, format: Any, copy: bool = False, blocksize: Any = None) 
         if target == t.format:
             return _same(t, copy)
     res = t.convert(target)
-    return _unshared(res, t) if copy and res is not t else res
+    return unshared(res, t) if copy and res is not t else res
 
 
 # ----------------------------------------------------------------------------- storage facts
