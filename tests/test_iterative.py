@@ -307,14 +307,29 @@ pyamg = pytest.importorskip("pyamg", reason="pyamg's gallery examples need the a
         ("airfoil", ("cg", "minres", "gmres", "bicgstab")),
         ("bar", ("cg", "minres", "gmres")),
         ("recirc_flow", ("gmres", "bicgstab")),
+        ("helmholtz_2D", ("gmres", "bicgstab")),  # complex symmetric, indefinite
     ],
 )
 def test_pyamg_gallery_examples(example: str, methods: tuple[str, ...]) -> None:
     from pyamg.gallery import load_example
 
-    a = sp.csr_array(load_example(example)["A"]).astype(np.float64)
+    a = sp.csr_array(load_example(example)["A"])
+    a = a.astype(np.result_type(a.dtype, np.float64))  # complex examples stay complex
     b = rhs(a.shape[0], 11)
     for method in methods:
         x, info = METHODS[method](a, b, rtol=1e-8, maxiter=20 * a.shape[0])
         assert info == 0, method
         assert true_rel(a, x, b) <= 1e-8
+
+
+def test_minres_on_a_non_hermitian_matrix_reports_it_did_not_converge() -> None:
+    """pyamg's helmholtz_2D is complex symmetric, not Hermitian: MINRES does not apply, and says so
+    through info > 0 and a warning, never a silently wrong x."""
+    from pyamg.gallery import load_example
+
+    a = sp.csr_array(load_example("helmholtz_2D")["A"])
+    b = rhs(a.shape[0], 11).astype(a.dtype)
+    with pytest.warns(IterativeSolverWarning, match="did not converge"):
+        x, info, res = minres(a, b, rtol=1e-8, maxiter=300, return_result=True)
+    assert info == 300 and not res.converged
+    assert res.residual == pytest.approx(true_rel(a, x, b), rel=1e-6)
