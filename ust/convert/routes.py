@@ -93,8 +93,9 @@ CUPYX_DTYPES = frozenset(np.dtype(c) for c in "fdFD")
 @dataclass(frozen=True)
 class ConvertStep:
     """One step of a conversion: ``kind`` is ``"library"`` (``fn(library object, blocksize)``),
-    ``"dia"`` (masked compaction of a DIA source, ``by_column``), ``"twin"`` (the coordinate twin
-    through cupyx) or ``"general"`` (unpack, order, merge, pack); ``target`` is the step's format."""
+    ``"direct"`` (``fn(tensor, target)``, :mod:`ust.convert.hypersparse`), ``"dia"`` (masked
+    compaction of a DIA source, ``by_column``), ``"twin"`` (the coordinate twin through cupyx) or
+    ``"general"`` (unpack, order, merge, pack); ``target`` is the step's format."""
 
     kind: str
     description: str
@@ -150,6 +151,8 @@ def explain_route(t: Tensor, fmt: Format | str, *, route: str | None = None) -> 
         return f"library route: {what} (both formats are canonical library layouts)"
     if kinds == {"twin"}:
         return f"library route: {what} (the same entries in the same order, one coordinate per entry)"
+    if kinds == {"direct"}:
+        return f"direct route: {what} (one pass over the index buffers, no unpack)"
     if kinds == {"dia"}:
         return f"direct route: {what} (no sort: slots are read in the target's order)"
     if kinds == {"general"}:
@@ -193,6 +196,9 @@ def convert(
         if step.kind == "library":
             assert step.fn is not None
             out = _run_library(out, step_fmt, step.fn, step.blocksize, None)
+        elif step.kind == "direct":
+            assert step.fn is not None
+            out = step.fn(out, step_fmt)
         elif step.kind == "dia":
             out = dia_to_compressed(out, step_fmt, by_column=step.by_column)
         elif step.kind == "twin":

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ust.convert.dia import is_dia
+from ust.convert.hypersparse import direct_step
 from ust.convert.layouts import coordinate_twin, library_layout
 from ust.convert.routes import CUPYX_DTYPES, ConvertStep, general_step, library_step
 from ust.formats.library import get as get_format
@@ -40,6 +41,7 @@ class ConvertProblem(Problem):
     twin: bool = False  # GPU: the target is the source's coordinate twin
     staged: bool = False  # CPU: canonical BSR / DIA source, target not CSR: through CSR first
     bsr_target: bool = False  # CPU: canonical BSR target from a source that is not CSR
+    direct_pair: bool = False  # CPU: ust.convert.hypersparse converts source -> target in one pass
 
 
 def _layout_name(fmt: Format) -> tuple[str, bool]:
@@ -85,6 +87,7 @@ def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
         twin=on_gpu and fmt == coordinate_twin(t.format),
         staged=staged,
         bsr_target=bsr_target,
+        direct_pair=not on_gpu and direct_step(t.format, fmt) is not None,
     )
 
 
@@ -99,6 +102,13 @@ def _library(t: Any, fmt: Format) -> list[ConvertStep]:
     step = library_step(t.format, fmt, t.device != "cpu")
     assert step is not None  # the rule's condition says the pair table has it
     return [step]
+
+
+def _direct(t: Any, fmt: Format) -> list[ConvertStep]:
+    """CPU: one pass over the source's index buffers (:mod:`ust.convert.hypersparse`)."""
+    entry = direct_step(t.format, fmt)
+    assert entry is not None  # the rule's condition says the pair table has it
+    return [ConvertStep("direct", entry[0], fmt, entry[1])]
 
 
 def _twin(t: Any, fmt: Format) -> list[ConvertStep]:
@@ -138,6 +148,7 @@ def _dia_compaction(t: Any, fmt: Format) -> list[ConvertStep]:
 for _name, _build in (
     ("general", _general),
     ("library", _library),
+    ("direct", _direct),
     ("twin", _twin),
     ("staged", _staged),
     ("general-then-bsr", _general_then_bsr),

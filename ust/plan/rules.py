@@ -266,6 +266,7 @@ _CONDITIONS.update(
         "library_pair_scipy": lambda p: _flag("library_pair")(p) and _scipy_dtype(p),
         "staged_source_scipy": lambda p: _flag("staged")(p) and _scipy_dtype(p),
         "bsr_target_scipy": lambda p: _flag("bsr_target")(p) and _scipy_dtype(p),
+        "direct_pair": _flag("direct_pair"),
     }
 )
 
@@ -285,6 +286,10 @@ _CONVERT_RULES: tuple[Rule, ...] = (
          "the general path: unpack levels, order, merge, pack (a CuPy array program)",
          dtypes=ANY, index_dtypes=ANY),
     # ---- CPU
+    Rule("convert", "cpu", ANY, "direct",
+         "one pass over the source's index buffers (CSR <-> DCSR, CSC <-> DCSC: the empty rows or "
+         "columns dropped or put back; COO -> CSR: indptr from the runs of equal rows, the column "
+         "coordinates and values kept as they are)", dtypes=ANY, index_dtypes=ANY, when="direct_pair"),
     Rule("convert", "cpu", LIBRARY_FORMATS_CPU, "library",
          "SciPy's compiled conversion (or the C CSR -> BSR merge) between canonical library layouts",
          dtypes=ANY, index_dtypes=ANY, when="library_pair_scipy"),
