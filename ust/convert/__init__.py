@@ -128,6 +128,7 @@ def asarray(
     prune: bool = False,
     max_padding: int | None = None,
     blocksize: Any = None,
+    check: bool | str | None = None,
 ) -> Tensor:
     """A :class:`ust.Tensor` from a sparse matrix/array, a dense array or a Tensor.
 
@@ -144,14 +145,31 @@ def asarray(
     coordinates or ``nse`` is a ShapeError naming int64, as is a target whose extent-sized
     buffers (CSR's ``pos``, a dense or range level) would exceed the device's memory
     (docs/storage.md, "Index dtype" and "Storage size").
+
+    ``check`` (default None) decides how far the source's buffers are validated.  By default
+    a SciPy csr/csc/coo is trusted for what SciPy keeps (re-checked in O(1): array shapes,
+    dtypes, ``indptr[0] == 0``, ``indptr[-1]``) and its order/uniqueness flags, while
+    ``indptr`` monotonicity and the index bounds, which SciPy does not guarantee, cost one
+    NumPy reduction each; ``False`` means the same (never less).  ``True`` / ``"full"``,
+    ``"bounds"`` or ``"structure"`` also run :class:`ust.Tensor`'s check at that depth on the
+    intake (``"full"`` verifies the order and uniqueness SciPy's flags claim).
     """
     from ust.formats.library import resolve
+    from ust.tensor.core import _CHECK_DEPTH
+    from ust.tensor.validate import check_buffers
+
+    if check is not None and check is not False and check not in _CHECK_DEPTH:
+        raise UnsupportedError(
+            f"asarray: check must be None, a bool, 'full', 'bounds' or 'structure', not {check!r}"
+        )
 
     if format is None and blocksize is not None:
         raise UnsupportedError("asarray: blocksize= goes with a format, e.g. format='bsr', blocksize=(2, 2)")
     # bad format text fails before any work
     fmt = None if format is None else resolve(format, blocksize=blocksize)
     t = _intake(obj)
+    if check is not None and check is not False:
+        check_buffers(t.bufs, _CHECK_DEPTH[check])
     if dtype is not None and np.dtype(dtype) != t.dtype:
         t = t.astype(dtype, copy=False)
     if device is not None:

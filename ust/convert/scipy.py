@@ -18,7 +18,7 @@ from ust.convert.layouts import coo_format, library_layout, relabel
 from ust.formats.library import get
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError
-from ust.tensor.validate import INDEX_DTYPES, check_index_array, check_value_dtype
+from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES, check_index_array, check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
@@ -61,11 +61,105 @@ def _values(data: Any, n: int) -> np.ndarray:
     return data if data.shape[0] == n else data[:n]
 
 
+_UNSIGNED: dict[np.dtype[Any], np.dtype[Any]] = {
+    np.dtype(np.int32): np.dtype(np.uint32),
+    np.dtype(np.int64): np.dtype(np.uint64),
+}
+
+
+def _below(c: Any, hi: int) -> bool:
+    """Every entry of the int32/int64 array ``c`` lies in ``[0, hi)``: one NumPy pass, no Python
+    loop (read as unsigned, a negative index is a huge one)."""
+    return not c.shape[0] or int(c.view(_UNSIGNED[c.dtype]).max()) < hi
+
+
+def _plain(*arrays: Any) -> np.dtype | None:
+    """The one index dtype of these 1-D NumPy arrays, or None (anything else: the checked path)."""
+    dt = None
+    for a in arrays:
+        if type(a) is not np.ndarray or a.ndim != 1:
+            return None
+        if dt is None:
+            dt = a.dtype
+            if dt not in INDEX_DTYPES:
+                return None
+        elif a.dtype != dt:
+            return None
+    return dt
+
+
+def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
+    """A 2-D csr/csc array as a Tensor on its own buffers after the cheap checks, or None when one
+    fails (the checked path then words the error).
+
+    What SciPy's constructor guarantees (``check_format(full_check=False)``: 1-D arrays,
+    ``len(indptr) == M + 1``, ``indptr[0] == 0``, ``indptr[-1] <= len(indices)``) is checked
+    again in O(1), since the attributes may have been reassigned since; what it does not --
+    ``indptr`` non-decreasing (O(M)) and every index in ``[0, N)`` (one unsigned ``max``) --
+    is checked with one NumPy reduction each.  Order and uniqueness come from SciPy's own flags,
+    as on the checked path (``asarray(..., check="full")`` verifies them).
+    """
+    from ust.tensor import Tensor
+
+    indptr, indices, data = A.indptr, A.indices, A.data
+    if _plain(indptr, indices) is None or type(data) is not np.ndarray or data.ndim != 1:
+        return None
+    if data.dtype not in VALUE_DTYPES:
+        return None
+    M, N = shape if A.format == "csr" else shape[::-1]
+    if indptr.shape[0] != M + 1 or indptr[0] != 0:
+        return None
+    nnz = int(indptr[-1])
+    if nnz > indices.shape[0] or nnz > data.shape[0]:
+        return None
+    if M > 1 and bool((indptr[1:] < indptr[:-1]).any()):
+        return None
+    crd = indices if indices.shape[0] == nnz else indices[:nnz]
+    if not _below(crd, N):
+        return None
+    fmt = _compressed_label(A, get(A.format.upper()), level=1, nnz=nnz)
+    vals = data if data.shape[0] == nnz else data[:nnz]
+    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, crd))
+
+
+def _trusted_coo(A: Any, shape: tuple[int, ...]) -> Tensor | None:
+    """A coo array as a Tensor on its own buffers after the cheap checks, or None (see
+    :func:`_trusted_compressed`): SciPy checks the bounds when it builds one, but ``coords`` may
+    have been reassigned since, so each coordinate array gets one unsigned ``max``."""
+    from ust.tensor import Tensor
+
+    coords, data = tuple(A.coords), A.data
+    if len(coords) != len(shape) or _plain(*coords) is None:
+        return None
+    if type(data) is not np.ndarray or data.ndim != 1 or data.dtype not in VALUE_DTYPES:
+        return None
+    n = int(data.shape[0])
+    if any(c.shape[0] != n or not _below(c, s) for c, s in zip(coords, shape, strict=True)):
+        return None
+    fmt = coo_format(len(shape), canonical=bool(A.has_canonical_format))
+    pos0 = np.array([0, n], dtype=coords[0].dtype)
+    return Tensor._trusted(shape, fmt, data, (pos0, *([None] * (len(shape) - 1))), coords)
+
+
 def from_scipy(A: Any) -> Tensor:
-    """A Tensor around a scipy.sparse array or matrix (its buffers, where they map 1:1)."""
+    """A Tensor around a scipy.sparse array or matrix (its buffers, where they map 1:1).
+
+    csr, csc and coo in int32/int64 take the trusted path (:func:`_trusted_compressed`): O(1)
+    checks of what SciPy keeps, one NumPy pass for the bounds, no Python per entry.  Anything
+    that fails those checks, and the other formats, go through the fully checked path below,
+    which raises ust's error naming the problem.
+    """
     from ust.tensor import Tensor
 
     fmt_name = A.format
+    if fmt_name in ("csr", "csc") and A.ndim == 2:
+        t = _trusted_compressed(A, tuple(int(s) for s in A.shape))
+        if t is not None:
+            return t
+    elif fmt_name == "coo":
+        t = _trusted_coo(A, tuple(int(s) for s in A.shape))
+        if t is not None:
+            return t
     check_value_dtype(A.dtype)
     if fmt_name in ("lil", "dok") or (fmt_name in ("csr", "csc") and A.ndim != 2):
         B = A.tocoo() if (fmt_name == "dok" or A.ndim != 2) else A.tocsr()

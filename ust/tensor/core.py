@@ -141,6 +141,29 @@ class Tensor:
         self._nnz: int | None = None
 
     @classmethod
+    def _trusted(
+        cls,
+        shape: tuple[int, ...],
+        fmt: Format,
+        values: Any,
+        pos: tuple[Any, ...],
+        crd: tuple[Any, ...],
+    ) -> Tensor:
+        """A tensor around buffers its caller has already checked (intake of a library's
+        object, :mod:`ust.convert.scipy`): no resolving, no casting, no validation.  ``pos`` /
+        ``crd`` hold one entry per level (None where the level stores none), in one index dtype."""
+        t = cls.__new__(cls)
+        t._shape = shape
+        t._format = fmt
+        t._pos = pos
+        t._crd = crd
+        t._values = values
+        first = next((a for a in (*pos, *crd) if a is not None), None)
+        t._index_dtype = np.dtype(np.int64) if first is None else first.dtype
+        t._nnz = None
+        return t
+
+    @classmethod
     def from_buffers(
         cls,
         shape: Sequence[int],

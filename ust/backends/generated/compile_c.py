@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import os
 import platform
 import shutil
@@ -23,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ust.backends.generated.disk_cache import Artifact, ArtifactCache, private_copy
 from ust.codegen.cache import content_key
@@ -61,6 +63,8 @@ def _cpu_model() -> str:
 
 
 def _try_compile(cc: str, flags: tuple[str, ...]) -> bool:
+    global probe_compiles
+    probe_compiles += 1
     with tempfile.TemporaryDirectory(prefix="ust-probe-") as d:
         src = Path(d) / "probe.c"
         src.write_text(_PROBE)
@@ -91,27 +95,98 @@ def find_compiler() -> str | None:
     return None
 
 
-@functools.cache
-def _toolchain(cc: str | None, native: bool) -> Toolchain | None:
-    if cc is None:
+#: Test compiles run by this process (the probe, uncached); tests read it.
+probe_compiles = 0
+_PROBE_SUFFIX = ".probe"
+
+
+def _probe_key(cc: str, version_text: str, native: bool) -> str | None:
+    """The cache key of a probe result: the compiler's path (and where it leads), its whole
+    ``--version`` output, its binary's size and modification time, the flags probed and, when
+    tuning for the host, the CPU model; None if the compiler cannot be inspected."""
+    try:
+        st = os.stat(cc)
+    except OSError:
+        return None
+    parts = [cc, os.path.realpath(cc), version_text, str(st.st_size), str(st.st_mtime_ns)]
+    parts += [_PROBE, " ".join(BASE_FLAGS), platform.machine(), "native" if native else "portable"]
+    if native:
+        parts.append(_cpu_model())
+    return content_key("ust-toolchain-probe-v1", *parts)
+
+
+def _cached_probe(key: str) -> dict[str, Any] | None:
+    """The probe result stored under ``key`` (authenticated by :class:`ArtifactCache`, which
+    refuses and logs a tampered or foreign entry), or None."""
+    data = ArtifactCache("c").lookup(key, _PROBE_SUFFIX)
+    if data is None:
         return None
     try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
-        version = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else cc
-    except (OSError, subprocess.TimeoutExpired):
+        rec = json.loads(data.decode())
+        if not isinstance(rec, dict) or not isinstance(rec.get("usable"), bool):
+            raise ValueError("no 'usable'")
+        if rec["usable"]:
+            flags, host, openmp = rec.get("flags"), rec.get("host"), rec.get("openmp")
+            if not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+                raise ValueError("bad 'flags'")
+            if not isinstance(host, str) or not isinstance(openmp, bool):
+                raise ValueError("bad 'host' or 'openmp'")
+    except (ValueError, UnicodeDecodeError) as exc:
+        _log.warning("ignoring the cached toolchain probe %s (%s); probing again", key, exc)
         return None
+    return rec
+
+
+def _probe(cc: str, native: bool) -> dict[str, Any]:
+    """Test-compile with OpenMP (then without), and with ``-march=native`` when asked."""
     flags: tuple[str, ...] = (*BASE_FLAGS, "-fopenmp")
+    openmp = True
     if not _try_compile(cc, flags):
         if not _try_compile(cc, BASE_FLAGS):
-            _log.warning("the C compiler %s cannot build shared libraries; generated C kernels are off", cc)
-            return None
-        _log.warning("the C compiler %s has no OpenMP: generated C kernels run on one thread", cc)
+            return {"usable": False}
+        openmp = False
         flags = BASE_FLAGS
     host = platform.machine()
     if native and _try_compile(cc, (*flags, "-march=native")):
         flags = (*flags, "-march=native")
         host = f"{host} {_cpu_model()}"
-    return Toolchain(cc, version, flags, host)
+    return {"usable": True, "flags": list(flags), "host": host, "openmp": openmp}
+
+
+@functools.cache
+def _toolchain(cc: str | None, native: bool) -> Toolchain | None:
+    """Probed once per process; a successful OpenMP probe is kept in the kernel cache (kind
+    ``c``, suffix ``.probe``, authenticated like every entry) per compiler identity
+    (:func:`_probe_key`), so a new process reads it back instead of test-compiling again.
+    A refused entry (tampered, foreign, unsafe directory) is logged and the probe runs again.
+    ``ust cache clear`` drops it (needed only if the OpenMP runtime is removed while the
+    compiler binary stays the same)."""
+    if cc is None:
+        return None
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        text = out.stdout or out.stderr
+        version = text.splitlines()[0] if text.strip() else cc
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    key = _probe_key(cc, f"{out.returncode}\n{text}", native)
+    rec = None if key is None else _cached_probe(key)
+    if rec is not None:
+        _log.info("toolchain probe of %s: cached result used", cc)
+    else:
+        t0 = time.perf_counter()
+        rec = _probe(cc, native)
+        _log.info("toolchain probe of %s: %.1f ms", cc, 1e3 * (time.perf_counter() - t0))
+        if key is not None and rec["usable"] and rec["openmp"]:
+            # only a full success is kept: a missing OpenMP runtime may be installed later
+            # without changing the compiler binary, and a degraded result must not outlive that
+            ArtifactCache("c").store(key, _PROBE_SUFFIX, json.dumps(rec, sort_keys=True).encode())
+    if not rec["usable"]:
+        _log.warning("the C compiler %s cannot build shared libraries; generated C kernels are off", cc)
+        return None
+    if not rec["openmp"]:
+        _log.warning("the C compiler %s has no OpenMP: generated C kernels run on one thread", cc)
+    return Toolchain(cc, version, tuple(rec["flags"]), rec["host"])
 
 
 def toolchain() -> Toolchain | None:
