@@ -229,6 +229,11 @@ def _compressed_label(A: Any, base: Format, *, level: int, nnz: int) -> Format:
     """csr/csc/bsr: the standard format, or its nonordered / nonunique variant."""
     if nnz == 0:
         return base
+    indptr = np.asarray(A.indptr)
+    if indptr[0] != 0 or indptr[-1] > A.indices.shape[0] or bool(np.any(indptr[1:] < indptr[:-1])):
+        # malformed: SciPy's canonical-format checks and sort would read (and the sort write)
+        # out of bounds; the Tensor's bounds check then names the problem as ust's error
+        return base
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         canonical = bool(A.has_canonical_format)
