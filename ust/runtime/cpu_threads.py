@@ -1,7 +1,9 @@
 """How many threads an OpenMP kernel runs on: the cores that other processes leave free.
 
-The C kernels (SpGEMM, CSR -> BSR) share this choice, so it lives in the runtime layer, below
-the conversions and algebra that call it.  On a shared machine a thread that waits for a busy
+Every C kernel -- the generated ones (SpMV / SpMM, set through ``ust_set_threads`` before each
+call, see :func:`ust.backends.generated.compile_c.set_threads`) and the hand-written ones
+(SpGEMM, CSR -> BSR) -- takes its count from this one rule, so it lives in the runtime layer,
+below the conversions, backends and algebra that call it.  On a shared machine a thread that waits for a busy
 core costs more than it brings, so :func:`threads` picks one thread for small work and
 otherwise the usable cores less what :func:`other_load` measures other processes keep busy:
 the machine's busy CPU time less this process's own (the load average counted this
@@ -13,20 +15,43 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["THREADS", "other_load", "threads"]
+__all__ = ["ENV", "THREADS", "other_load", "threads", "usable_cores"]
 
 #: Threads for every kernel that asks :func:`threads`: None picks them; an int forces a count
 #: (benchmarks compare 1 and all).
 THREADS: int | None = None
+#: The environment variable that forces a count for every kernel (as :data:`THREADS` does).
+ENV = "UST_NUM_THREADS"
 #: Units of work (stored entries) below which one thread runs: :func:`threads`' default.
 _SMALL = 1 << 18
 
 
+def _forced() -> int | None:
+    """The count forced by :data:`THREADS`, else by ``$UST_NUM_THREADS`` (a positive integer)."""
+    if THREADS is not None:
+        return max(1, int(THREADS))
+    env = os.environ.get(ENV, "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def threads(entries: int, small: int = _SMALL) -> int:
     """How many OpenMP threads to use for ``entries`` units of work (stored entries, or the
-    products of a SpGEMM with its own ``small``): one below ``small``.
+    products of a SpGEMM with its own ``small``).
 
-    Otherwise ``OMP_NUM_THREADS`` when set, else, as OpenMP's dynamic adjustment does (libgomp
+    :data:`THREADS` or ``$UST_NUM_THREADS`` force a count.  Otherwise one thread below
+    ``small``; above it at most one thread per ``small // 2`` entries (the work size's cap: a
+    thread must have enough work to pay for waking it), and ``OMP_NUM_THREADS`` when set,
+    else, as OpenMP's dynamic adjustment does (libgomp
     with ``OMP_DYNAMIC``), the usable cores that other processes leave free, at least one (a
     shared machine: a thread that waits for a busy core costs more than it brings, and takes
     that core's time from someone else).  What other processes use is measured by
@@ -34,20 +59,19 @@ def threads(entries: int, small: int = _SMALL) -> int:
     does, so after one parallel call it saw this process's spinning OpenMP threads as other
     work and dropped the next call to one thread.
     """
-    if THREADS is not None:
-        return max(1, int(THREADS))
+    forced = _forced()
+    if forced is not None:
+        return forced
     if entries < small:
         return 1
+    cap = max(1, entries // max(1, small // 2))
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        cores = max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = max(1, os.cpu_count() or 1)
+        return min(int(env), cap)
+    cores = min(usable_cores(), cap)
     if cores == 1:
         return 1
-    return max(1, min(cores, int(cores - other_load() + 0.5)))
+    return max(1, min(cores, int(usable_cores() - other_load() + 0.5)))
 
 
 _WINDOW = (0.1, 30.0)  # seconds: shortest and longest window between two CPU-time samples

@@ -3,6 +3,12 @@
 A request is (format, op, layout, loop order, value dtype, index dtype, compute index type);
 the first call lowers, emits, compiles (or loads from the artefact cache) and ``dlopen``\\ s
 the kernel; later calls find it in an in-process dict and only marshal pointers.
+
+Each library also carries ``ust_set_threads`` (appended here, at compile time, so the emitted
+kernel text is unchanged): every call first sets the OpenMP thread count from
+:func:`ust.runtime.cpu_threads.threads` for the call's work (stored entries times columns,
+or the output's size if larger), so a small product or a busy machine does not wake every
+core.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from typing import Any
 
 import numpy as np
 
+import ust.runtime.cpu_threads as cpu_threads
 from ust.backends.generated.launch import Launch, array_layout, kernel_scalar, prepare
 from ust.codegen.cache import Memo
 from ust.codegen.emit_c import c_abi, emit_c
 from ust.codegen.ir import Kernel
 from ust.codegen.lower import lower
 from ust.formats.model import Format
+from ust.runtime.cpu_threads import threads
 from ust.runtime.log import get_logger
 
 __all__ = ["CKernel", "Memo", "bind_launch", "c_kernel", "matmul_c", "prebuild", "run_launch"]
@@ -32,14 +40,24 @@ _log = get_logger("backends.cpu.ckernels")
 _log.addHandler(logging.NullHandler())
 _memo = Memo()
 _CINT = {"int32": ctypes.c_int32, "int64": ctypes.c_int64}
+#: Entries below which a generated kernel runs on one thread (cpu_threads.threads' ``small``);
+#: above it at most one thread per ``SMALL // 2`` entries.  Measured on SpMV (CSR, DCSR; 1 and
+#: 10 entries a row): two threads lose below ~3 K entries and win from ~5 K (1.2x) to 20 K
+#: (1.6x); 4 K entries a thread keeps a wide machine's fork and join small against the work.
+SMALL = 1 << 13
+#: Seconds a bound call keeps its chosen count (the load estimate itself changes no faster;
+#: a change of ``cpu_threads.THREADS`` applies at once, of ``$UST_NUM_THREADS`` within this):
+#: the rule costs ~2 us, a 20 K-entry SpMV ~25 us.
+REPICK = 0.1
 
 
 class CKernel:
     """A loaded C kernel: call it with a dict of arguments by parameter name."""
 
-    def __init__(self, kernel: Kernel, fn: Any, seconds: float) -> None:
+    def __init__(self, kernel: Kernel, fn: Any, seconds: float, set_threads: Any = None) -> None:
         self.kernel = kernel
         self.fn = fn
+        self.set_threads = set_threads
         self.abi = c_abi(kernel)
         self.load_seconds = seconds
         self._iscalar = _CINT[kernel.itype]
@@ -47,8 +65,10 @@ class CKernel:
     def __call__(self, args: Mapping[str, Any]) -> None:
         self.bind(args)()
 
-    def bind(self, args: Mapping[str, Any]) -> Any:
-        """A zero-argument callable running the kernel on ``args`` (marshalled once)."""
+    def bind(self, args: Mapping[str, Any], nthreads: int | None = None) -> Any:
+        """A zero-argument callable running the kernel on ``args`` (marshalled once), on
+        ``nthreads`` threads, else on :func:`ust.runtime.cpu_threads.threads`' count for the
+        work, chosen at call time (and kept for :data:`REPICK` seconds)."""
         k = self.kernel
         vt = np.dtype(k.value_dtype)
         keep: list[Any] = []
@@ -74,10 +94,26 @@ class CKernel:
                     arr = np.ascontiguousarray(arr, dtype=want)
                 keep.append(arr)
                 cargs.append(ctypes.c_void_p(arr.ctypes.data))
-        fn = self.fn
+        fn, setter = self.fn, self.set_threads
+        work = max(int(np.size(args.get("val", 0))) * max(int(args.get("NC", 1)), 1), int(args.get("NY", 0)))
+
+        chosen: list[Any] = [0.0, 0, None]  # (when, count, THREADS): chosen again after REPICK s
 
         def call() -> None:
-            fn(*cargs)
+            if setter is None:
+                fn(*cargs)
+                return
+            nt = nthreads
+            if nt is None:
+                now = time.monotonic()
+                if now - chosen[0] >= REPICK or not chosen[1] or chosen[2] != cpu_threads.THREADS:
+                    chosen[:] = [now, threads(work, SMALL), cpu_threads.THREADS]
+                nt = int(chosen[1])
+            prev = setter(nt)
+            try:
+                fn(*cargs)
+            finally:
+                setter(prev)
 
         call.keep = keep  # type: ignore[attr-defined]  # the buffers live as long as the call
         return call
@@ -104,7 +140,7 @@ def c_kernel(
     key = ("c", fmt, op, layout, order, value_dtype, index_dtype, itype, cols)
 
     def build() -> CKernel:
-        from ust.backends.generated.compile_c import load_library
+        from ust.backends.generated.compile_c import THREADS_HELPER, load_library, thread_setter
 
         t0 = time.perf_counter()
         k = lower(
@@ -117,11 +153,11 @@ def c_kernel(
             itype=itype,
             cols=cols,
         )
-        lib = load_library(emit_c(k), name=k.name)
+        lib = load_library(emit_c(k) + THREADS_HELPER, name=k.name)
         fn = getattr(lib, k.name)
         fn.restype = None
         fn.argtypes = [_CINT[itype] if kind == "iscalar" else ctypes.c_void_p for _, kind in c_abi(k)]
-        return CKernel(k, fn, time.perf_counter() - t0)
+        return CKernel(k, fn, time.perf_counter() - t0, thread_setter(lib))
 
     return _memo.get(key, build)
 
@@ -132,7 +168,7 @@ def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
     A request is the argument tuple of :func:`c_kernel`.  Warms a process up for many
     formats or variants at the cost of a single compile (autotuning, test suites).
     """
-    from ust.backends.generated.compile_c import load_library
+    from ust.backends.generated.compile_c import THREADS_HELPER, load_library, thread_setter
 
     todo: dict[tuple[Any, ...], Kernel] = {}
     for req in requests:
@@ -150,13 +186,18 @@ def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
         nproc = max(1, min(os.cpu_count() or 1, len(kernels) // 8 or 1))
         chunks = [kernels[i::nproc] for i in range(nproc)]
         with ThreadPoolExecutor(max_workers=nproc) as pool:  # compilers run as processes: real parallelism
-            libs = list(pool.map(lambda ks: load_library(emit_c(ks), name=f"ust_batch_{len(ks)}"), chunks))
+            libs = list(
+                pool.map(
+                    lambda ks: load_library(emit_c(ks) + THREADS_HELPER, name=f"ust_batch_{len(ks)}"), chunks
+                )
+            )
         where = {k.name: lib for ks, lib in zip(chunks, libs) for k in ks}
         for key, k in todo.items():
             fn = getattr(where[k.name], k.name)
             fn.restype = None
             fn.argtypes = [_CINT[k.itype] if kind == "iscalar" else ctypes.c_void_p for _, kind in c_abi(k)]
-            _memo.get(key, functools.partial(CKernel, k, fn, time.perf_counter() - t0))
+            setter = thread_setter(where[k.name])
+            _memo.get(key, functools.partial(CKernel, k, fn, time.perf_counter() - t0, setter))
     return [c_kernel(*req) for req in requests]
 
 

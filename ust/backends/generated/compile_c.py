@@ -31,12 +31,39 @@ from ust.codegen.cache import content_key
 from ust.runtime.errors import BackendUnavailableError, UstError
 from ust.runtime.log import get_logger
 
-__all__ = ["Toolchain", "compile_shared", "dlopen_bytes", "load_library", "toolchain"]
+__all__ = [
+    "THREADS_HELPER",
+    "Toolchain",
+    "compile_shared",
+    "dlopen_bytes",
+    "load_library",
+    "thread_setter",
+    "toolchain",
+]
 
 _log = get_logger(__name__)
 
 BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c99")
 _PROBE = "#include <stdint.h>\nint ust_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < n; ++i) s += i;\nreturn s; }\n"
+
+#: Appended to every generated C library (not to the emitted kernel text, which stays as
+#: codegen and its golden files have it): ``ust_set_threads(n)`` sets the OpenMP thread count
+#: of the calling thread's next parallel regions and returns the previous one, so the launcher
+#: applies :func:`ust.runtime.cpu_threads.threads` just before each call and restores the
+#: process's setting after it.  Without OpenMP it does nothing and returns 1.
+THREADS_HELPER = (
+    "\n#ifdef _OPENMP\n#include <omp.h>\n#endif\n"
+    "int ust_set_threads(int n) {\n#ifdef _OPENMP\n  int prev = omp_get_max_threads();\n"
+    "  if (n > 0) omp_set_num_threads(n);\n  return prev;\n#else\n  (void)n;\n  return 1;\n#endif\n}\n"
+)
+
+
+def thread_setter(lib: ctypes.CDLL) -> Any:
+    """The library's ``ust_set_threads`` (from :data:`THREADS_HELPER`), typed for ctypes."""
+    fn = lib.ust_set_threads
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int]
+    return fn
 
 
 @dataclass(frozen=True)
