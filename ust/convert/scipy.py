@@ -230,7 +230,12 @@ def _compressed_label(A: Any, base: Format, *, level: int, nnz: int) -> Format:
     if nnz == 0:
         return base
     indptr = np.asarray(A.indptr)
-    if indptr[0] != 0 or indptr[-1] > A.indices.shape[0] or bool(np.any(indptr[1:] < indptr[:-1])):
+    if (
+        indptr.size == 0
+        or indptr[0] != 0
+        or indptr[-1] > A.indices.shape[0]
+        or bool(np.any(indptr[1:] < indptr[:-1]))
+    ):
         # malformed: SciPy's canonical-format checks and sort would read (and the sort write)
         # out of bounds; the Tensor's bounds check then names the problem as ust's error
         return base
