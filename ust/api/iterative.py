@@ -342,7 +342,6 @@ class IterativeSolver(StatefulOperation):
             self._record(0, 0.0, 0, time.perf_counter() - t0, None)
             return place.back(x)
         maxiter = self.maxiter if self.maxiter is not None else 10 * self.n
-        user_cb = None if callback is None else _host_callback(callback, xp)
         out = run(
             self.method,
             self._op.matvec,
@@ -353,7 +352,7 @@ class IterativeSolver(StatefulOperation):
             maxiter=maxiter,
             psolve=None if self._pre is None else self._pre.apply,
             check_every=self._check_every(),
-            callback=user_cb,
+            callback=callback,
             restart=self.options.restart,
             callback_type=callback_type,
             shift=self.options.shift,
@@ -479,11 +478,6 @@ class _ShapeOnly:
         self.xp = np
 
 
-def _host_callback(callback: Any, xp: Any) -> Callable[[Any], Any]:
-    """The user's callback with x as the iteration holds it (NumPy or CuPy: b's device)."""
-    return callback
-
-
 # ---------------------------------------------------------------------------------- one-shot
 
 
@@ -512,13 +506,12 @@ def _one_shot(method: str) -> Callable[..., Any]:
                     opts[name] = value
         if extra:
             raise UnsupportedError(f"{method}() got unexpected keyword arguments {sorted(extra)}")
-        if execution is None and not _is_linear_operator(A):
-            Placement({"a": A, "b": b}, None)  # operands on different devices: DeviceError naming each
-        space_from = execution
-        if execution is None and _is_linear_operator(A):
-            space_from = Placement({"b": b}, None).space
+        # where it runs: the operands' common space (DeviceError naming each when they differ), a
+        # LinearOperator's being b's, or execution=
+        operands = {"b": b} if _is_linear_operator(A) else {"a": A, "b": b}
+        space = Placement(operands, execution).space
         solver = IterativeSolver(
-            A, method=method, M=M, rtol=rtol, atol=atol, maxiter=maxiter, options=opts, execution=space_from
+            A, method=method, M=M, rtol=rtol, atol=atol, maxiter=maxiter, options=opts, execution=space
         )
         _vector(b, solver.n, "b")
         solver._warn_depth = 5

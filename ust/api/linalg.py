@@ -1538,8 +1538,9 @@ class MixedPrecisionSolver(DirectSolver):
         self, a: Any, b: Any, *, options: Any = None, execution: Any = None, stream: Any = None
     ) -> None:
         opts = DirectSolverOptions.coerce(options)
-        n = _sparse_shape(a)[0] if len(_sparse_shape(a)) == 2 else 0
-        _, _, _, b_dtype = _dense_rhs(b, n) if len(_sparse_shape(a)) == 2 else (None, None, None, np.float64)
+        shape = _sparse_shape(a)
+        # a non-square A is refused by DirectSolver's own checks below; the dtype needs b's only then
+        b_dtype = _dense_rhs(b, shape[0])[3] if len(shape) == 2 else np.dtype(np.float64)
         dtype = _solve_dtype(_np_dtype(a), np.dtype(b_dtype))
         if dtype not in (np.dtype(np.float64), np.dtype(np.complex128)):
             raise UnsupportedError(
