@@ -14,6 +14,7 @@ from ust import formats, io
 from ust._version import __version__
 from ust.api import dense, linalg, ops
 from ust.api.algebra import sddmm
+from ust.api.compute import Compute, Semiring, compute, einsum
 from ust.api.explain import explain
 from ust.api.linalg import DirectSolver, DirectSolverOptions, solve
 from ust.api.matmul import Matmul, matmul
@@ -50,6 +51,7 @@ del _name, _module
 
 __all__ = [
     "BackendUnavailableError",
+    "Compute",
     "DeviceError",
     "DirectSolver",
     "DirectSolverOptions",
@@ -63,6 +65,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "Matmul",
+    "Semiring",
     "ShapeError",
     "SingularMatrixError",
     "SolverAccuracyError",
@@ -72,7 +75,9 @@ __all__ = [
     "UstSyntaxError",
     "__version__",
     "asarray",
+    "compute",
     "dense",
+    "einsum",
     "explain",
     "format",
     "formats",

@@ -44,7 +44,8 @@ def decision_lines(d: Decision) -> list[str]:
 def explain(op: str, *operands: Any, **kwargs: Any) -> str:
     """How ust would run ``op`` on ``operands`` -- route, reason, conversions, transfers -- without running it.
 
-    ``op`` is ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"`` (with
+    ``op`` is ``"compute"`` (an index expression, operands by name), ``"einsum"``
+    (subscripts, operands), ``"matmul"``, ``"convert"`` (operands: tensor, target format), ``"solve"`` (with
     ``method=`` / ``M=``: the iterative solve), ``"dense_matmul"`` (operands: a, b), ``"fft"``
     (operand: x), ``"getitem"`` (operands: tensor, key: which route serves ``t[key]``), or one of
     the algebra ops
@@ -91,6 +92,18 @@ def _missing_device(execution: Any) -> str:
 
 
 def _explain(op: str, *operands: Any, **kwargs: Any) -> str:
+    if op == "compute":
+        from ust.api.compute import explain_compute
+
+        expression, *rest = operands
+        if rest:
+            raise TypeError("explain('compute', expression, **operands): operands go by name")
+        return explain_compute(expression, **kwargs)
+    if op == "einsum":
+        from ust.api.compute import explain_einsum
+
+        subscripts, *arrays = operands
+        return explain_einsum(subscripts, *arrays, **kwargs)
     if op == "matmul":
         a, b, *rest = operands
         if _is_sparse_operand(b):

@@ -25,8 +25,10 @@ from ust.codegen.ir import (
     Kernel,
     Let,
     Loop,
+    Sort,
     Stmt,
     Store,
+    While,
 )
 
 __all__ = ["CStyleRenderer"]
@@ -80,12 +82,18 @@ class CStyleRenderer(ExprPrinter):
         elif isinstance(s, Let):
             self.out(depth, f"const {self.scalar_type(s.kind)} {s.name} = {self.expr(s.value)};")
         elif isinstance(s, Decl):
-            t = self.vt if s.kind == "value" else self.it
+            t = self.scalar_type(s.kind)
             self.out(depth, f"{t} {s.name} = {self.expr(s.value)};")
         elif isinstance(s, Assign):
             self.out(depth, f"{s.name} = {self.expr(s.value)};")
         elif isinstance(s, Loop):
             self.loop(s, depth)
+        elif isinstance(s, While):
+            self.out(depth, f"while ({self.expr(s.cond)}) {{")
+            self.block(s.body, depth + 1)
+            self.out(depth, "}")
+        elif isinstance(s, Sort):
+            self.out(depth, f"ust_sort_index({s.buf} + ({self.expr(s.lo)}), ({self.expr(s.hi)}) - ({self.expr(s.lo)}));")
         elif isinstance(s, If):
             self.out(depth, f"if ({self.expr(s.cond)}) {{")
             self.block(s.then, depth + 1)

@@ -27,10 +27,13 @@ from ust.codegen.ir import (
     Let,
     Load,
     Loop,
+    Select,
+    Sort,
     Stmt,
     Store,
     Un,
     Var,
+    While,
 )
 from ust.runtime.errors import ShapeError
 
@@ -52,6 +55,13 @@ _BIN: dict[str, Callable[[Any, Any], Any]] = {
     "||": lambda a, b: bool(a) or bool(b),
     "min": min,
     "max": max,
+}
+#: How Accumulate combines (``+=`` or a semiring's additive operator).
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "min": min,
+    "max": max,
+    "or": lambda a, b: type(a)(bool(a) or bool(b)),
 }
 
 
@@ -93,6 +103,8 @@ class _Machine:
             return int(v) if buf.dtype.kind in "iu" else v
         if isinstance(e, Bin):
             return _BIN[e.op](self.ev(e.a, env), self.ev(e.b, env))
+        if isinstance(e, Select):
+            return self.ev(e.a, env) if self.ev(e.cond, env) else self.ev(e.b, env)
         if isinstance(e, Un):
             v = self.ev(e.a, env)
             return -v if e.op == "-" else (not v)
@@ -116,6 +128,15 @@ class _Machine:
                 env[s.var] = i
                 self.ex(s.body, env)
             env.pop(s.var, None)
+        elif isinstance(s, While):
+            while self.ev(s.cond, env):
+                self.ex(s.body, env)
+        elif isinstance(s, Sort):
+            lo, hi = int(self.ev(s.lo, env)), int(self.ev(s.hi, env))
+            buf = self.bufs[s.buf]
+            if not 0 <= lo <= hi <= buf.shape[0]:
+                raise IndexError(f"sort {s.buf}[{lo}:{hi}] is out of bounds (length {buf.shape[0]})")
+            buf[lo:hi] = np.sort(buf[lo:hi])
         elif isinstance(s, If):
             if self.ev(s.cond, env):
                 self.ex(s.then, env)
@@ -127,7 +148,7 @@ class _Machine:
             if not 0 <= i < buf.shape[0]:
                 raise IndexError(f"{s.buf}[{i}] is out of bounds (length {buf.shape[0]})")
             v = self.ev(s.value, env)
-            buf[i] = v if isinstance(s, Store) else buf[i] + v
+            buf[i] = v if isinstance(s, Store) else _COMBINE[s.op](buf[i], v)
         else:
             raise TypeError(f"not an IR statement: {s!r}")
 
@@ -139,7 +160,7 @@ def run(kernel: Kernel, args: Mapping[str, Any]) -> None:
     store is bounds-checked, so a lowering that reads padding or past a buffer fails loudly.
     """
     m = _Machine(kernel, args)
-    env = dict(m.env)
+    env = {"ust_tid": 0, **m.env}  # one thread: the compute kernels' thread number
     if kernel.init is not None:
         m.ex(kernel.init, dict(env))
     m.ex(kernel.body, env)

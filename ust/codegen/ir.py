@@ -33,8 +33,11 @@ __all__ = [
     "Param",
     "Stmt",
     "Store",
+    "Select",
+    "Sort",
     "Un",
     "Var",
+    "While",
     "block",
     "free_names",
     "to_text",
@@ -109,7 +112,16 @@ class Un:
             raise ValueError(f"unknown unary operator {self.op!r}")
 
 
-Expr = Const | Var | Load | Bin | Un
+@dataclass(frozen=True)
+class Select:
+    """``cond ? a : b`` (only the chosen side is evaluated, so it may guard a load)."""
+
+    cond: Expr
+    a: Expr
+    b: Expr
+
+
+Expr = Const | Var | Load | Bin | Un | Select
 
 
 # ----------------------------------------------------------------------------- statements
@@ -167,6 +179,23 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class While:
+    """``while cond: body`` (co-iteration of sorted levels: the two-pointer merge)."""
+
+    cond: Expr
+    body: Block
+
+
+@dataclass(frozen=True)
+class Sort:
+    """Sort the index buffer slice ``buf[lo:hi]`` ascending (a workspace's touched list)."""
+
+    buf: str
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(frozen=True)
 class If:
     cond: Expr
     then: Block
@@ -190,9 +219,11 @@ class Accumulate:
     index: Expr
     value: Expr
     atomic: bool = False
+    #: the combining operator: ``"+"`` or a semiring's ``"min"`` / ``"max"`` / ``"or"``
+    op: str = "+"
 
 
-Stmt = Block | Let | Decl | Assign | Loop | If | Store | Accumulate
+Stmt = Block | Let | Decl | Assign | Loop | While | If | Store | Accumulate | Sort
 
 
 @dataclass(frozen=True)
@@ -260,6 +291,16 @@ def walk(node: object) -> Iterator[object]:
         yield from walk(node.b)
     elif isinstance(node, Un):
         yield from walk(node.a)
+    elif isinstance(node, Select):
+        yield from walk(node.cond)
+        yield from walk(node.a)
+        yield from walk(node.b)
+    elif isinstance(node, While):
+        yield from walk(node.cond)
+        yield from walk(node.body)
+    elif isinstance(node, Sort):
+        yield from walk(node.lo)
+        yield from walk(node.hi)
     elif isinstance(node, Block):
         for s in node.body:
             yield from walk(s)
@@ -285,7 +326,7 @@ def free_names(node: object) -> set[str]:
     for n in walk(node):
         if isinstance(n, Var):
             names.add(n.name)
-        elif isinstance(n, (Load, Store, Accumulate)):
+        elif isinstance(n, (Load, Store, Accumulate, Sort)):
             names.add(n.buf)
     return names
 
@@ -326,6 +367,8 @@ class ExprPrinter:
             return f"{e.buf}[{self.expr(e.index)}]"
         if isinstance(e, Un):
             return f"{e.op}{self.expr(e.a, 10)}"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
         if isinstance(e, Bin):
             if e.op in ("min", "max"):
                 return self.minmax(e)
@@ -363,6 +406,10 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
         note = f"  # {', '.join(flags)}" if flags else ""
         head = f"{pad}for {s.var} in [{expr_text(s.lo)}, {expr_text(s.hi)}):{note}"
         return [head, *_stmt_lines(s.body, indent + 1)]
+    if isinstance(s, While):
+        return [f"{pad}while {expr_text(s.cond)}:", *_stmt_lines(s.body, indent + 1)]
+    if isinstance(s, Sort):
+        return [f"{pad}sort {s.buf}[{expr_text(s.lo)}:{expr_text(s.hi)}]"]
     if isinstance(s, If):
         lines = [f"{pad}if {expr_text(s.cond)}:", *_stmt_lines(s.then, indent + 1)]
         if s.orelse is not None:
@@ -371,7 +418,7 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
     if isinstance(s, Store):
         return [f"{pad}{s.buf}[{expr_text(s.index)}] = {expr_text(s.value)}"]
     if isinstance(s, Accumulate):
-        op = "+=!" if s.atomic else "+="
+        op = ("+" if s.op == "+" else f" {s.op}") + ("=!" if s.atomic else "=")
         return [f"{pad}{s.buf}[{expr_text(s.index)}] {op} {expr_text(s.value)}"]
     raise TypeError(f"not an IR statement: {s!r}")
 

@@ -172,3 +172,70 @@ class Call:
 
 
 ExprAST = Num | Var | BinOp | Neg | Call
+
+
+# ------------------------------------------------------------------------- index notation
+
+
+@dataclass(frozen=True)
+class AccessAST:
+    """``A(i, k)``: an operand indexed by index variables (one per dimension)."""
+
+    name: str
+    indices: tuple[str, ...]
+    line: int = 0
+    column: int = 0
+    depth: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
+class ScalarAST:
+    """A named scalar operand (``alpha``)."""
+
+    name: str
+    line: int = 0
+    column: int = 0
+    depth: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
+class LiteralAST:
+    """A numeric literal; an integer literal stays an ``int`` (exact integer arithmetic)."""
+
+    value: int | float
+    depth: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
+class OpAST:
+    """``left op right`` for op in ``+ - *``."""
+
+    op: str
+    left: TermAST
+    right: TermAST
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + max(self.left.depth, self.right.depth))
+
+
+@dataclass(frozen=True)
+class NegAST:
+    """``-operand``."""
+
+    operand: TermAST
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + self.operand.depth)
+
+
+TermAST = AccessAST | ScalarAST | LiteralAST | OpAST | NegAST
+
+
+@dataclass(frozen=True)
+class ComputeAST:
+    """``lhs = rhs``: the output access (no indices for a scalar result) and the expression."""
+
+    lhs: AccessAST
+    rhs: TermAST

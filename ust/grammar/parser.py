@@ -41,6 +41,7 @@ __all__ = [
     "MAX_FILE_LENGTH",
     "MAX_INT",
     "MAX_SPEC_LENGTH",
+    "parse_compute",
     "parse_epilog",
     "parse_file",
     "parse_spec",
@@ -56,8 +57,18 @@ MAX_SPEC_LENGTH = 100_000
 MAX_FILE_LENGTH = 10_000_000
 MAX_INT = ast.MAX_INT
 _MAX_INT_DIGITS = len(str(MAX_INT))
-_LIMITS = {"epilog": MAX_EPILOG_LENGTH, "single": MAX_SPEC_LENGTH, "file": MAX_FILE_LENGTH}
-_WHAT = {"epilog": "an epilogue", "single": "a format", "file": "a file of declarations"}
+_LIMITS = {
+    "epilog": MAX_EPILOG_LENGTH,
+    "compute": MAX_EPILOG_LENGTH,
+    "single": MAX_SPEC_LENGTH,
+    "file": MAX_FILE_LENGTH,
+}
+_WHAT = {
+    "epilog": "an epilogue",
+    "compute": "an index expression",
+    "single": "a format",
+    "file": "a file of declarations",
+}
 _PARENS = re.compile(r"[()]")
 _EXCERPT_WIDTH = 100  # characters of the offending line shown in an error
 
@@ -102,7 +113,7 @@ def _parser() -> Lark:
     parser = Lark(
         grammar,
         parser="lalr",
-        start=["file", "single", "epilog"],
+        start=["file", "single", "epilog", "compute"],
         transformer=_ToAst(),
         maybe_placeholders=False,
     )
@@ -266,6 +277,49 @@ class _ToAst(Transformer):
     def epilog(self, e: ast.ExprAST) -> ast.ExprAST:
         return e
 
+    # -- index notation
+    def lhs_scalar_c(self, name: Token) -> ast.AccessAST:
+        return ast.AccessAST(str(name), (), *_pos(name))
+
+    def lhs_access_c(self, name: Token, *indices: Token) -> ast.AccessAST:
+        return ast.AccessAST(str(name), tuple(str(t) for t in indices), *_pos(name))
+
+    def access_c(self, name: Token, *indices: Token) -> ast.TermAST:
+        return ast.AccessAST(str(name), tuple(str(t) for t in indices), *_pos(name))
+
+    def scalar_c(self, name: Token) -> ast.TermAST:
+        return ast.ScalarAST(str(name), *_pos(name))
+
+    def number_c(self, tok: Token) -> ast.TermAST:
+        text = str(tok)
+        if text.isdigit():
+            if len(text) > _MAX_INT_DIGITS or int(text) > MAX_INT:
+                line, col = _pos(tok)
+                raise _Positioned(
+                    f"line {line}, column {col}: the integer {text[:24]} is out of range (at most 2**63 - 1)",
+                    line,
+                    col,
+                )
+            return ast.LiteralAST(int(text))
+        num = self.number_e(tok)
+        assert isinstance(num, ast.Num)
+        return ast.LiteralAST(num.value)
+
+    def add_c(self, a: ast.TermAST, b: ast.TermAST) -> ast.TermAST:
+        return _deep(ast.OpAST("+", a, b))  # type: ignore[return-value]
+
+    def sub_c(self, a: ast.TermAST, b: ast.TermAST) -> ast.TermAST:
+        return _deep(ast.OpAST("-", a, b))  # type: ignore[return-value]
+
+    def mul_c(self, a: ast.TermAST, b: ast.TermAST) -> ast.TermAST:
+        return _deep(ast.OpAST("*", a, b))  # type: ignore[return-value]
+
+    def neg_c(self, a: ast.TermAST) -> ast.TermAST:
+        return _deep(ast.NegAST(a))  # type: ignore[return-value]
+
+    def compute(self, lhs: ast.AccessAST, rhs: ast.TermAST) -> ast.ComputeAST:
+        return ast.ComputeAST(lhs, rhs)
+
     def file(self, *decls: ast.DeclAST) -> ast.FileAST:
         return ast.FileAST(tuple(decls))
 
@@ -366,7 +420,7 @@ def _check_limits(text: str, start: str) -> None:
 
 def _parse(text: str, start: str) -> Any:
     if not isinstance(text, str):
-        what = "an epilogue" if start == "epilog" else "format text"
+        what = {"epilog": "an epilogue", "compute": "an index expression"}.get(start, "format text")
         raise InvalidTypeError(f"{what} must be a str, not {type(text).__name__}")
     _check_limits(text, start)
     try:
@@ -400,3 +454,8 @@ def parse_file(text: str) -> ast.FileAST:
 def parse_epilog(text: str) -> ast.ExprAST:
     """Parse an epilogue expression such as ``max(y, 0)`` or ``y * scale``."""
     return _parse(text, "epilog")
+
+
+def parse_compute(text: str) -> ast.ComputeAST:
+    """Parse index notation such as ``C(i,j) = A(i,k) * B(k,j) + D(i,j)``."""
+    return _parse(text, "compute")

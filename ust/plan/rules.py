@@ -340,6 +340,16 @@ _DENSE_RULES: tuple[Rule, ...] = (
     Rule("fft", "cpu", ANY, "scipy.fft", "scipy.fft (pocketfft) with the configured worker threads",
          dtypes=ANY, index_dtypes=ANY),
 )
+_COMPUTE_RULES: tuple[Rule, ...] = (
+    Rule("compute", "cuda", ANY, "generated-cuda",
+         "a CUDA kernel generated for this expression and these formats: merge-lattice co-iteration, "
+         "one GPU thread per outer coordinate, a count pass and a fill pass for a sparse result",
+         dtypes=ANY, index_dtypes=ANY),
+    Rule("compute", "cpu", ANY, "generated-c",
+         "a C kernel generated for this expression and these formats: merge-lattice co-iteration, "
+         "OpenMP over the outer loop, a row workspace and two passes for a sparse result",
+         dtypes=ANY, index_dtypes=ANY),
+)
 # fmt: on
 
 # ---------------------------------------------------------------------------- indexing (t[key])
@@ -399,6 +409,7 @@ RULES: tuple[Rule, ...] = (
     *_ITERATIVE_RULES,
     *_DENSE_RULES,
     *_GETITEM_RULES,
+    *_COMPUTE_RULES,
 )
 CONDITIONS: Mapping[str, Callable[[Problem], bool]] = MappingProxyType(_CONDITIONS)
 
@@ -423,5 +434,7 @@ PUBLIC_OPS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxy
         "dense_matmul": (("dense_matmul",), ("cpu", "cuda")),
         "fft": (("fft",), ("cpu", "cuda")),
         "getitem": (("getitem",), ("cpu", "cuda")),
+        "compute": (("compute",), ("cpu", "cuda")),
+        "einsum": (("compute",), ("cpu", "cuda")),
     }
 )

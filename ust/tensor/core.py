@@ -84,7 +84,17 @@ class Tensor:
         Validate the buffers first (see the module docstring).
     """
 
-    __slots__ = ("__weakref__", "_crd", "_format", "_index_dtype", "_nnz", "_pos", "_shape", "_values")
+    __slots__ = (
+        "__weakref__",
+        "_crd",
+        "_fill_value",
+        "_format",
+        "_index_dtype",
+        "_nnz",
+        "_pos",
+        "_shape",
+        "_values",
+    )
 
     def __init__(
         self,
@@ -320,9 +330,29 @@ class Tensor:
         """A torch sparse tensor (CSR/CSC/BSR/BSC/COO layouts; dense formats as strided)."""
         return conversion("to_torch")(self)
 
+    @property
+    def fill_value(self) -> Any:
+        """The value of every position not stored: 0, or a semiring's additive identity (a
+        min-plus result's +inf), as pydata/sparse records it; :meth:`todense` uses it."""
+        return getattr(self, "_fill_value", 0)
+
+    def _with_fill_value(self, fill: Any) -> Tensor:
+        """This tensor's storage with another :attr:`fill_value` (the buffers shared)."""
+        t = Tensor._trusted(self._shape, self._format, self._values, self._pos, self._crd)
+        t._index_dtype = self._index_dtype
+        t._fill_value = fill
+        return t
+
     def todense(self) -> Any:
-        """A dense array of ``shape``: NumPy on the CPU, CuPy on a GPU (duplicates summed)."""
-        return conversion("todense")(self)
+        """A dense array of ``shape``: NumPy on the CPU, CuPy on a GPU (duplicates summed);
+        positions not stored hold :attr:`fill_value`."""
+        dense = conversion("todense")(self)
+        fill = self.fill_value
+        if fill == 0:
+            return dense
+        ones = Tensor._trusted(self._shape, self._format, self.xp.ones_like(self._values), self._pos, self._crd)
+        stored = conversion("todense")(ones) != 0
+        return self.xp.where(stored, dense, self.xp.asarray(fill, dtype=dense.dtype))
 
     # -- array operators (ust.api.algebra plans each one like any other op) --------------------
     __array_ufunc__ = None  # so ``ndarray * T`` and ``x @ T`` reach the reflected methods

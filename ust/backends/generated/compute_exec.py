@@ -1,0 +1,160 @@
+"""Running the compiler's kernels: output allocation, the two passes, combining partials.
+
+One host program, written once against ``xp`` (NumPy on the CPU, CuPy on the GPU), drives the
+kernels of :mod:`ust.codegen.compute_lower` through a target's ``launch(kernel, args)``:
+
+* dense / scalar outputs: the output filled with the semiring's identity, one pass; where every
+  thread accumulated into its own copy (``partials``), the copies are combined with the
+  semiring's add;
+* sparse outputs: the count pass, a prefix sum, the fill pass; in ``expand`` mode the entries of
+  a row are then sorted and runs of one coordinate combined with the semiring's add.
+
+The result is plain buffers (:class:`ComputeResult`); the API layer makes the Tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ust.codegen.compute_lower import ComputeKernels
+from ust.codegen.ir import Kernel
+from ust.codegen.semiring import Semiring
+from ust.runtime.errors import ShapeError
+
+__all__ = ["ComputeResult", "run_compute", "workspace_bytes"]
+
+#: The most bytes the row workspaces of all threads may take before ``expand`` is used instead.
+WORKSPACE_LIMIT = 1 << 28
+
+Launch = Callable[[Kernel, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class ComputeResult:
+    """``dense``: the output array (C order over the output indices), or for a sparse output the
+    row pointers over the outer index, one coordinate array per further output index (in the
+    kernels' emission order: ``prefix[1:] + rest``) and the values."""
+
+    dense: Any = None
+    pos: Any = None
+    crd: tuple[Any, ...] = ()
+    values: Any = None
+
+
+def workspace_bytes(ck: ComputeKernels, extents: Mapping[str, int], nthreads: int, itemsize: int) -> int:
+    w = functools.reduce(lambda a, b: a * b, (extents[r] for r in ck.rest), 1)
+    return nthreads * w * (16 + itemsize)
+
+
+def _combine_sorted(xp: Any, pos: Any, crd: list[Any], vals: Any, outer: int, sr: Semiring) -> tuple[Any, list[Any], Any]:
+    """Sort the entries of every row by their coordinates and combine runs of one coordinate."""
+    n = int(vals.shape[0])
+    if n == 0:
+        return pos, crd, vals
+    row = xp.repeat(xp.arange(outer, dtype=np.int64), xp.diff(pos))
+    keys = [*reversed(crd), row]
+    perm = xp.lexsort(xp.stack(keys)) if keys else xp.arange(n)
+    crd = [c[perm] for c in crd]
+    vals = vals[perm]
+    row = row[perm]
+    change = xp.zeros(n, dtype=bool)
+    change[0] = True
+    if n > 1:
+        diff = row[1:] != row[:-1]
+        for c in crd:
+            diff |= c[1:] != c[:-1]
+        change[1:] = diff
+    starts = xp.flatnonzero(change)
+    if int(starts.shape[0]) == n:
+        return pos, crd, vals
+    combined = _segment_reduce(xp, vals, starts, sr)
+    counts = xp.bincount(row[starts], minlength=outer)
+    new_pos = xp.zeros(outer + 1, dtype=np.int64)
+    xp.cumsum(counts, out=new_pos[1:])
+    return new_pos, [c[starts] for c in crd], combined
+
+
+def _segment_reduce(xp: Any, vals: Any, starts: Any, sr: Semiring) -> Any:
+    """``sr.add`` over each run ``vals[starts[r]:starts[r+1]]`` (log-step doubling, an array program)."""
+    n = int(vals.shape[0])
+    seg = xp.zeros(n, dtype=np.int64)
+    seg[starts] = 1
+    seg = xp.cumsum(seg) - 1
+    out = vals.copy()
+    step = 1
+    # after the pass with step s, out[p] combines vals[p : p + 2s] within p's run
+    while step < n:
+        nxt = out.copy()
+        ok = xp.zeros(n, dtype=bool)
+        ok[: n - step] = seg[step:] == seg[: n - step]
+        idx = xp.flatnonzero(ok)
+        if int(idx.shape[0]) == 0:
+            break
+        nxt[idx] = sr.add_np(out[idx], out[idx + step]).astype(out.dtype, copy=False)
+        out = nxt
+        step *= 2
+    return out[starts]
+
+
+def run_compute(
+    ck: ComputeKernels,
+    launch: Launch,
+    xp: Any,
+    args: Mapping[str, Any],
+    extents: Mapping[str, int],
+    out_extents: tuple[int, ...],
+    sr: Semiring,
+    value_dtype: str,
+    nthreads: int = 1,
+) -> ComputeResult:
+    """Run ``ck`` on ``args`` (operand buffers, scalars) and return the output's buffers."""
+    vdt = np.dtype(value_dtype)
+    ident = sr.identity_for(vdt)
+    base: dict[str, Any] = dict(args)
+    base["NT"] = nthreads
+    for v, e in extents.items():
+        base[f"E_{v}"] = e
+    if ck.output in ("dense", "scalar"):
+        nout = int(np.prod(out_extents, dtype=np.int64)) if out_extents else 1
+        copies = nthreads if (ck.mode == "partials" and not ck.owned and ck.parallel) else 1
+        out = xp.full(copies * nout, ident, dtype=vdt)
+        launch(ck.kernels[0], {**base, "out": out, "NOUT": nout})
+        if copies > 1:
+            parts = out.reshape(copies, nout)
+            acc = parts[0]
+            for r in range(1, copies):
+                acc = sr.add_np(acc, parts[r]).astype(vdt, copy=False)
+            out = acc
+        return ComputeResult(dense=out.reshape(out_extents) if out_extents else out.reshape(()))
+    outer = extents[ck.order[0]]
+    count_k, fill_k = ck.kernels
+    nlev = len(ck.prefix) + len(ck.rest)
+    ws: dict[str, Any] = {}
+    if ck.rest and ck.mode == "workspace":
+        w = int(np.prod([extents[r] for r in ck.rest], dtype=np.int64))
+        ws = {
+            "W": w,
+            "ws_mark": xp.full(nthreads * w, -1, dtype=np.int64),
+            "ws_list": xp.empty(nthreads * w, dtype=np.int64),
+        }
+    cnt = xp.zeros(outer, dtype=np.int64)
+    launch(count_k, {**base, **ws, "o_cnt": cnt})
+    pos = xp.zeros(outer + 1, dtype=np.int64)
+    xp.cumsum(cnt, out=pos[1:])
+    nnz = int(pos[-1])
+    if nnz < 0:  # pragma: no cover - an int64 overflow of the counts
+        raise ShapeError("the result has more entries than int64 can count")
+    crd = [xp.empty(nnz, dtype=np.int64) for _ in range(nlev - 1)]
+    vals = xp.empty(nnz, dtype=vdt)
+    if ws:
+        ws["ws_mark"].fill(-1)
+        ws["ws_val"] = xp.empty(int(ws["ws_list"].shape[0]), dtype=vdt)
+    launch(fill_k, {**base, **ws, "o_pos": pos, **{f"o_crd{n + 1}": c for n, c in enumerate(crd)}, "o_val": vals})
+    if ck.mode == "expand" and ck.rest:
+        pos, crd, vals = _combine_sorted(xp, pos, crd, vals, outer, sr)
+    return ComputeResult(pos=pos, crd=tuple(crd), values=vals)

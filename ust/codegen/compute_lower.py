@@ -1,0 +1,694 @@
+"""Lowering of index notation to the loop IR: co-iteration, workspaces, output assembly.
+
+The input is an :class:`~ust.codegen.notation.IndexExpr`, the operands' level structure
+(:class:`OperandSpec`) and a loop order (:mod:`ust.codegen.loop_order`).  For each index
+variable, in order, the terms that use it share one loop; terms whose next variable differs
+get loops of their own, one after another (TACO's sequence of foralls), so a term never runs
+inside a loop over a variable it does not use.  Inside the loop over ``v``:
+
+* sparse levels on ``v`` (compressed, loose_compressed, singleton) are *iterated*, dense
+  levels *located* (``q * extent + c``), dense arrays indexed once every variable is bound;
+* the merge lattice (:mod:`ust.codegen.lattice`) decides the loop: a counted loop when some
+  term has no sparse level on ``v`` (it fires at every coordinate), a plain loop over one
+  segment, or the two-pointer ``while`` merge of several sorted segments, where a term
+  fires only when all of its segments stand on the current coordinate (``*`` intersects,
+  ``+`` unites);
+* a term that did not fire carries a false *alive* flag down, so its segments below are
+  empty and its value is never read.
+
+Outputs: a dense array (the outer loop owns its rows when it runs over an output index,
+otherwise every thread accumulates into its own copy, or atomically on the GPU), a scalar, or
+a sparse result assembled in two passes -- a symbolic pass counting the entries of every
+outer coordinate, then a numeric pass filling ``crd`` / ``values`` at the prefix sums.  The
+output indices not bound by the leading run of loops are gathered in a dense workspace with a
+touched list (Gustavson's row workspace, TACO's workspace optimisation), sorted per row
+(``mode="workspace"``), or written out as they come and combined by a sort afterwards
+(``mode="expand"``, the GPU's expand-sort-compress).
+
+Pure: returns IR only.  Parameter names carry prefixes (``t0_crd1``, ``x_i``, ``s_alpha``)
+so user names never collide with each other or with C keywords.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ust.codegen.ir import (
+    Accumulate,
+    Assign,
+    Bin,
+    Block,
+    Const,
+    Decl,
+    Expr,
+    If,
+    Kernel,
+    Let,
+    Load,
+    Loop,
+    Param,
+    Select,
+    Sort,
+    Stmt,
+    Store,
+    Var,
+    While,
+    block,
+)
+from ust.codegen.notation import IndexExpr
+from ust.codegen.semiring import Semiring
+from ust.runtime.errors import UnsupportedError
+
+__all__ = ["ComputeKernels", "LevelSpec", "OperandSpec", "lower_compute"]
+
+#: Level kinds the lowering walks directly (others are converted by the caller first).
+ITERATED = ("compressed", "loose_compressed", "singleton")
+WALKABLE = ("dense", *ITERATED)
+#: A coordinate larger than any stored one (the exhausted side of a merge).
+BIG = Const((1 << 62), "index")
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of a walkable format: the dimension it stores and how."""
+
+    dim: int
+    kind: str
+    unique: bool = True
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """An operand as the kernel sees it: a dense C-order array (``levels`` None) or levels."""
+
+    name: str
+    rank: int
+    levels: tuple[LevelSpec, ...] | None = None
+    index_dtype: str = "int64"
+
+    @property
+    def sparse(self) -> bool:
+        return self.levels is not None
+
+
+@dataclass(frozen=True)
+class ComputeKernels:
+    """The lowered kernels and the facts the runner needs to call them and assemble the result."""
+
+    kernels: tuple[Kernel, ...]
+    output: str  # "dense" | "scalar" | "sparse"
+    order: tuple[str, ...]
+    #: output indices bound by the leading loops (the first is the outer loop) and the rest
+    prefix: tuple[str, ...] = ()
+    rest: tuple[str, ...] = ()
+    #: the outer loop runs in parallel (threads, or GPU threads)
+    parallel: bool = False
+    #: the outer loop runs over an output index: no two iterations write the same output
+    owned: bool = True
+    mode: str = "workspace"
+    #: per-variable co-iteration strategy, for explain
+    strategies: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _ic(v: int) -> Const:
+    return Const(v, "index")
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    return Bin("+", a, b)
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const) and x.value == 1:
+            return y
+        if isinstance(x, Const) and x.value == 0:
+            return _ic(0)
+    return Bin("*", a, b)
+
+
+def _and(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value is True:
+        return b
+    if isinstance(b, Const) and b.value is True:
+        return a
+    return Bin("&&", a, b)
+
+
+def _or_all(xs: Sequence[Expr]) -> Expr:
+    out: Expr | None = None
+    for x in xs:
+        if isinstance(x, Const) and x.value is True:
+            return x
+        out = x if out is None else Bin("||", out, x)
+    return out if out is not None else Const(False, "bool")
+
+
+TRUE = Const(True, "bool")
+
+
+def ext(v: str) -> Var:
+    """The extent parameter of index variable ``v``."""
+    return Var(f"E_{v}")
+
+
+def coord(v: str) -> Var:
+    return Var(f"x_{v}")
+
+
+def _linear(indices: Sequence[str], coords: dict[str, Expr] | None = None) -> Expr:
+    """Row-major linear index of ``indices`` over their extents."""
+    out: Expr = _ic(0)
+    for v in indices:
+        c = coords[v] if coords is not None else coord(v)
+        out = _add(_mul(out, ext(v)), c)
+    return out
+
+
+# ----------------------------------------------------------------------------- the lowering
+
+
+@dataclass(frozen=True)
+class _Access:
+    """One factor occurrence: operand number, its indices, which term it belongs to."""
+
+    id: int
+    op: int
+    indices: tuple[str, ...]
+    term: int
+
+
+@dataclass(frozen=True)
+class _State:
+    """Where an access stands: the next level and the parent position (or run) above it."""
+
+    level: int = 0
+    q: Expr = field(default_factory=lambda: _ic(0))
+    run: tuple[Expr, Expr] | None = None
+
+
+class _Lowerer:
+    def __init__(
+        self,
+        expr: IndexExpr,
+        operands: Sequence[OperandSpec],
+        order: Sequence[str],
+        output: str,
+        semiring: Semiring,
+        value_dtype: str,
+        mode: str,
+        pass_: str,
+        atomic: bool,
+    ) -> None:
+        self.expr = expr
+        self.ops = list(operands)
+        self.op_index = {o.name: n for n, o in enumerate(self.ops)}
+        self.order = tuple(order)
+        self.output = output
+        self.sr = semiring
+        self.vdt = value_dtype
+        self.mode = mode
+        self.pass_ = pass_  # "main" (dense / scalar), "count" or "fill"
+        self.atomic = atomic
+        self.names = 0
+        outs = set(expr.out_indices)
+        prefix: list[str] = []
+        for v in self.order:
+            if v not in outs:
+                break
+            prefix.append(v)
+        self.prefix = tuple(prefix) if output == "sparse" else ()
+        self.rest = tuple(v for v in self.order if v in outs and v not in self.prefix) if output == "sparse" else ()
+        self.owned = bool(expr.out_indices) and bool(self.order) and self.order[0] in outs
+        self.accesses: list[_Access] = []
+        self.term_accesses: list[list[int]] = []
+        for t_id, t in enumerate(expr.terms):
+            ids = []
+            for f in t.factors:
+                a = _Access(len(self.accesses), self.op_index[f.operand], f.indices, t_id)
+                self.accesses.append(a)
+                ids.append(a.id)
+            self.term_accesses.append(ids)
+        self.term_vars = [set(t.indices) | outs for t in expr.terms]
+        self.strategies: dict[str, str] = {}
+        self.parallel = False
+        self.in_loop = False
+
+    # -- naming -------------------------------------------------------------------------------
+    def fresh(self, stem: str) -> str:
+        self.names += 1
+        return f"{stem}_{self.names}"
+
+    def buf(self, a: _Access, what: str) -> str:
+        return f"t{a.op}_{what}"
+
+    # -- levels -------------------------------------------------------------------------------
+    def level(self, a: _Access, k: int) -> LevelSpec:
+        levels = self.ops[a.op].levels
+        assert levels is not None
+        return levels[k]
+
+    def next_var(self, a: _Access, st: _State) -> str | None:
+        levels = self.ops[a.op].levels
+        if levels is None or st.level >= len(levels):
+            return None
+        return a.indices[levels[st.level].dim]
+
+    # -- the nest -----------------------------------------------------------------------------
+    def nest(
+        self, rem: tuple[str, ...], terms: list[int], states: dict[int, _State], alive: dict[int, Expr]
+    ) -> list[Stmt]:
+        out: list[Stmt] = []
+        remset = set(rem)
+        ready = [t for t in terms if not (self.term_vars[t] & remset)]
+        for t in ready:
+            out.extend(self.compute(t, states, alive[t]))
+        groups: dict[str, list[int]] = {}
+        for t in terms:
+            if t in ready:
+                continue
+            v = next(v for v in rem if v in self.term_vars[t])
+            groups.setdefault(v, []).append(t)
+        for v in rem:
+            if v in groups:
+                after = rem[rem.index(v) + 1 :]
+                out.extend(self.loop(v, after, groups[v], states, alive))
+        return out
+
+    def loop(
+        self,
+        v: str,
+        rem: tuple[str, ...],
+        terms: list[int],
+        states: dict[int, _State],
+        alive: dict[int, Expr],
+    ) -> list[Stmt]:
+        top = v == self.order[0] and not self.in_loop
+        iters: list[int] = []
+        locs: list[int] = []
+        for t in terms:
+            for aid in self.term_accesses[t]:
+                a = self.accesses[aid]
+                if self.next_var(a, states[aid]) != v:
+                    continue
+                kind = self.level(a, states[aid].level).kind
+                (locs if kind == "dense" else iters).append(aid)
+        full_terms = [t for t in terms if not any(self.accesses[i].term == t for i in iters)]
+        c = coord(v)
+        heads: list[Stmt] = []
+        pre: list[Stmt] = []
+        post: list[Stmt] = []
+        new_states = dict(states)
+        hits: dict[int, Expr] = {}
+        # segment bounds of every iterated level, empty where its term is not alive
+        bounds: dict[int, tuple[Expr, Expr]] = {}
+        for aid in iters:
+            a, st = self.accesses[aid], states[aid]
+            lv = self.level(a, st.level)
+            k = st.level
+            if lv.kind == "singleton":
+                assert st.run is not None
+                lo, hi = st.run
+            else:
+                stride = 2 if lv.kind == "loose_compressed" else 1
+                at = _mul(st.q, _ic(stride))
+                pos = self.buf(a, f"pos{k}")
+                lo, hi = Load(pos, at), Load(pos, _add(at, _ic(1)))
+                guard = alive[a.term]
+                if not (isinstance(guard, Const) and guard.value is True):
+                    lo, hi = Select(guard, lo, _ic(0)), Select(guard, hi, _ic(0))
+            lo_n, hi_n = self.fresh(f"lo{aid}"), self.fresh(f"hi{aid}")
+            heads += [Let(lo_n, lo), Let(hi_n, hi)]
+            bounds[aid] = (Var(lo_n), Var(hi_n))
+
+        def crd_at(aid: int, p: Expr) -> Expr:
+            a = self.accesses[aid]
+            return Load(self.buf(a, f"crd{states[aid].level}"), p)
+
+        def advance(aid: int, p: Var, end: Expr, cur: Expr) -> tuple[list[Stmt], Expr]:
+            """Statements computing the end of the run at ``p`` and that end (p + 1 if unique)."""
+            a = self.accesses[aid]
+            if self.level(a, states[aid].level).unique:
+                return [], _add(p, _ic(1))
+            nx = self.fresh(f"nx{aid}")
+            scan = While(
+                Bin("&&", Bin("<", Var(nx), end), Bin("==", crd_at(aid, Var(nx)), cur)),
+                Block((Assign(nx, _add(Var(nx), _ic(1))),)),
+            )
+            return [Decl(nx, _add(p, _ic(1)), "index"), scan], Var(nx)
+
+        def child(aid: int, p: Expr, nxt: Expr) -> None:
+            a, st = self.accesses[aid], states[aid]
+            if self.level(a, st.level).unique:
+                new_states[aid] = _State(st.level + 1, p, None)
+            else:
+                new_states[aid] = _State(st.level + 1, p, (p, nxt))
+
+        for aid in locs:
+            a, st = self.accesses[aid], states[aid]
+            new_states[aid] = _State(st.level + 1, _add(_mul(st.q, ext(v)), c), None)
+
+        loop_stmt: list[Stmt]
+        seg_p = ""
+        merge_cond: Expr = TRUE
+        body_alive = dict(alive)
+        if full_terms or not iters:
+            # a counted loop: some term fires at every coordinate
+            self.strategies[v] = (
+                "dense loop over the full extent"
+                + (f", {len(iters)} sparse segment(s) advanced in step" if iters else "")
+                + (f", {len(locs)} dense level(s) located" if locs else "")
+            )
+            for aid in iters:
+                lo, hi = bounds[aid]
+                p = self.fresh(f"p{aid}")
+                heads.append(Decl(p, lo, "index"))
+                hit = self.fresh(f"hit{aid}")
+                pre.append(
+                    Let(hit, Bin("&&", Bin("<", Var(p), hi), Bin("==", crd_at(aid, Var(p)), c)), "bool")
+                )
+                scan, nxt = advance(aid, Var(p), hi, c)
+                pre.extend(If(Var(hit), Block((s,))) if isinstance(s, While) else s for s in scan)
+                hits[aid] = Var(hit)
+                child(aid, Var(p), nxt)
+                post.append(If(Var(hit), Block((Assign(p, nxt),))))
+            kind = "counted"
+        elif len(iters) == 1 and self.level(self.accesses[iters[0]], states[iters[0]].level).unique:
+            aid = iters[0]
+            lo, hi = bounds[aid]
+            p = seg_p = self.fresh(f"p{aid}")
+            pre.append(Let(c.name, crd_at(aid, Var(p))))
+            hits[aid] = TRUE
+            child(aid, Var(p), _add(Var(p), _ic(1)))
+            self.strategies[v] = "iterate one sorted segment" + (f", {len(locs)} dense level(s) located" if locs else "")
+            kind = "segment"
+        else:
+            # the two-pointer merge (one iterator with duplicates is a merge of one: runs skipped)
+            ps: dict[int, Var] = {}
+            for aid in iters:
+                lo, hi = bounds[aid]
+                p = self.fresh(f"p{aid}")
+                heads.append(Decl(p, lo, "index"))
+                ps[aid] = Var(p)
+            mins: Expr | None = None
+            for aid in iters:
+                hi = bounds[aid][1]
+                cand = Select(Bin("<", ps[aid], hi), crd_at(aid, ps[aid]), BIG)
+                mins = cand if mins is None else Bin("min", mins, cand)
+            assert mins is not None
+            pre.append(Let(c.name, mins))
+            for aid in iters:
+                hi = bounds[aid][1]
+                hit = self.fresh(f"hit{aid}")
+                pre.append(
+                    Let(hit, Bin("&&", Bin("<", ps[aid], hi), Bin("==", crd_at(aid, ps[aid]), c)), "bool")
+                )
+                scan, nxt = advance(aid, ps[aid], hi, c)
+                pre.extend(If(Var(hit), Block((s,))) if isinstance(s, While) else s for s in scan)
+                hits[aid] = Var(hit)
+                child(aid, ps[aid], nxt)
+                post.append(If(Var(hit), Block((Assign(ps[aid].name, nxt),))))
+            conds = []
+            for t in terms:
+                mine = [aid for aid in iters if self.accesses[aid].term == t]
+                cond: Expr = TRUE
+                for aid in mine:
+                    cond = _and(cond, Bin("<", ps[aid], bounds[aid][1]))
+                conds.append(cond)
+            kind = "merge"
+            n_terms = len({self.accesses[a].term for a in iters})
+            self.strategies[v] = (
+                f"two-pointer merge of {len(iters)} sorted segment(s) "
+                + ("(intersection)" if n_terms == 1 and len(iters) > 1 else "(union of terms)" if n_terms > 1 else "(runs of duplicates)")
+                + (f", {len(locs)} dense level(s) located" if locs else "")
+            )
+            merge_cond = _or_all(conds)
+        # term alive flags inside the body
+        any_alive: list[Expr] = []
+        for t in terms:
+            flag = alive[t]
+            for aid in iters:
+                if self.accesses[aid].term == t:
+                    flag = _and(flag, hits[aid])
+            if not isinstance(flag, (Const, Var)):
+                name = self.fresh(f"alive{t}")
+                pre.append(Let(name, flag, "bool"))
+                flag = Var(name)
+            body_alive[t] = flag
+            any_alive.append(flag)
+        saved, self.in_loop = self.in_loop, True
+        inner = self.nest(rem, terms, new_states, body_alive)
+        self.in_loop = saved
+        inner = self.wrap_output(v, inner)
+        if kind == "merge":
+            guard = _or_all(any_alive)
+            guarded: list[Stmt] = inner if isinstance(guard, Const) else [If(guard, Block(tuple(inner)))]
+            loop_stmt = [While(merge_cond, block(*pre, *guarded, *post))]
+        elif kind == "segment":
+            aid = iters[0]
+            lo, hi = bounds[aid]
+            par = top and self.can_parallel()
+            loop_stmt = [Loop(seg_p, lo, hi, block(*pre, *inner), parallel=par, tag="rows" if par else "")]
+            self.parallel = self.parallel or par
+        else:
+            par = top and not iters and self.can_parallel()
+            loop_stmt = [
+                Loop(c.name, _ic(0), ext(v), block(*pre, *inner, *post), parallel=par, tag="rows" if par else "")
+            ]
+            self.parallel = self.parallel or par
+        return [*heads, *loop_stmt]
+
+    def can_parallel(self) -> bool:
+        if self.output == "sparse":
+            return True
+        return self.owned or self.mode == "partials" or self.atomic
+
+    # -- output -------------------------------------------------------------------------------
+    def wrap_output(self, v: str, inner: list[Stmt]) -> list[Stmt]:
+        """Per-row bookkeeping of a sparse output around the body of the loop over ``v``."""
+        if self.output != "sparse":
+            return inner
+        out = list(inner)
+        if self.prefix and v == self.prefix[-1]:
+            out = self.row_open() + out + self.row_close()
+        if v == self.order[0]:
+            c1 = coord(v)
+            if self.pass_ == "count":
+                out = [Decl("cnt", _ic(0), "index"), *out, Store("o_cnt", c1, Var("cnt"))]
+            else:
+                out = [Decl("wp", Load("o_pos", c1), "index"), *out]
+        return out
+
+    def row_open(self) -> list[Stmt]:
+        if not self.rest:
+            return [Decl("acc", self.identity(), "value"), Decl("hit", _ic(0), "index")]
+        if self.mode == "workspace":
+            return [Decl("nw", _ic(0), "index"), Let("stamp", _linear(self.prefix), "index")]
+        return []
+
+    def row_close(self) -> list[Stmt]:
+        if not self.rest:
+            if self.pass_ == "count":
+                return [If(Bin("!=", Var("hit"), _ic(0)), Block((Assign("cnt", _add(Var("cnt"), _ic(1))),)))]
+            return [If(Bin("!=", Var("hit"), _ic(0)), Block(tuple(self.emit(Var("acc"), {}))))]
+        if self.mode != "workspace":
+            return []
+        if self.pass_ == "count":
+            return [Assign("cnt", _add(Var("cnt"), Var("nw")))]
+        base = Bin("*", Var("ust_tid"), Var("W"))
+        w = Var("w")
+        coords: dict[str, Expr] = {}
+        rem: Expr = w
+        for r in reversed(self.rest):
+            coords[r] = Bin("%", rem, ext(r))
+            rem = Bin("//", rem, ext(r))
+        lets: list[Stmt] = [Let(f"y_{r}", coords[r]) for r in self.rest]
+        value = Load("ws_val", _add(base, w))
+        body = block(
+            Let("w", Load("ws_list", _add(base, Var("e")))),
+            *lets,
+            *self.emit(value, {r: Var(f"y_{r}") for r in self.rest}),
+        )
+        return [
+            Sort("ws_list", base, _add(base, Var("nw"))),
+            Loop("e", _ic(0), Var("nw"), body),
+        ]
+
+    def emit(self, value: Expr, rest_coords: dict[str, Expr]) -> list[Stmt]:
+        """Write one output entry at ``wp`` (fill pass): coordinates of the output indices
+        after the outer one, then the value."""
+        stmts: list[Stmt] = []
+        for n, v in enumerate(self.prefix[1:] + self.rest):
+            cv = rest_coords.get(v, coord(v))
+            stmts.append(Store(f"o_crd{n + 1}", Var("wp"), cv))
+        stmts.append(Store("o_val", Var("wp"), value))
+        stmts.append(Assign("wp", _add(Var("wp"), _ic(1))))
+        return stmts
+
+    def identity(self) -> Const:
+        return Const(self.sr.identity_for(self.vdt).item(), "value")
+
+    # -- a term's contribution ------------------------------------------------------------------
+    def term_value(self, t: int, states: dict[int, _State]) -> Expr:
+        term = self.expr.terms[t]
+        factors: list[Expr] = []
+        lit = term.literal
+        if lit != 1 or (not term.scalars and not term.factors):
+            factors.append(Const(lit, "value"))
+        factors += [Var(f"s_{s}") for s in term.scalars]
+        for aid in self.term_accesses[t]:
+            a = self.accesses[aid]
+            op = self.ops[a.op]
+            if op.sparse:
+                factors.append(Load(self.buf(a, "val"), states[aid].q))
+            else:
+                factors.append(Load(self.buf(a, "val"), _linear(a.indices)))
+        value = factors[0]
+        for f in factors[1:]:
+            value = self.sr.mul_ir(value, f)
+        if len(factors) == 1 and self.sr.name == "plus_pair" and term.factors:
+            value = Const(1, "value")
+        return value
+
+    def compute(self, t: int, states: dict[int, _State], alive: Expr) -> list[Stmt]:
+        stmts = self.update(t, states)
+        if isinstance(alive, Const) and alive.value is True:
+            return stmts
+        return [If(alive, Block(tuple(stmts)))]
+
+    def update(self, t: int, states: dict[int, _State]) -> list[Stmt]:
+        outs = self.expr.out_indices
+        if self.output in ("dense", "scalar"):
+            value = self.term_value(t, states)
+            idx = _linear(outs)
+            if self.atomic and not self.owned:
+                if not self.sr.atomic:
+                    raise UnsupportedError(
+                        f"semiring {self.sr.label} has no atomic add: this expression's output is "
+                        "shared between GPU threads; use a built-in semiring or the CPU"
+                    )
+                return [Accumulate("out", idx, value, atomic=True, op=self.sr.atomic)]
+            if self.mode == "partials" and not self.owned:
+                idx = _add(Bin("*", Var("ust_tid"), Var("NOUT")), idx)
+            return [Store("out", idx, self.sr.add_ir(Load("out", idx), value))]
+        # sparse output
+        if not self.rest:
+            if self.pass_ == "count":
+                return [Assign("hit", _ic(1))]
+            return [Assign("acc", self.sr.add_ir(Var("acc"), self.term_value(t, states))), Assign("hit", _ic(1))]
+        if self.mode == "workspace":
+            base = Bin("*", Var("ust_tid"), Var("W"))
+            w = _linear(self.rest)
+            wi = self.fresh("wi")
+            first: list[Stmt] = [
+                Store("ws_mark", Var(wi), Var("stamp")),
+                Store("ws_list", _add(base, Var("nw")), w),
+                Assign("nw", _add(Var("nw"), _ic(1))),
+            ]
+            if self.pass_ == "count":
+                return [Let(wi, _add(base, w)), If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(tuple(first)))]
+            value = self.term_value(t, states)
+            vn = self.fresh("v")
+            first.append(Store("ws_val", Var(wi), Var(vn)))
+            again = Block((Store("ws_val", Var(wi), self.sr.add_ir(Load("ws_val", Var(wi)), Var(vn))),))
+            return [
+                Let(wi, _add(base, w)),
+                Let(vn, value, "value"),
+                If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(tuple(first)), again),
+            ]
+        # expand: every contribution is an entry; duplicates are combined after a sort
+        if self.pass_ == "count":
+            return [Assign("cnt", _add(Var("cnt"), _ic(1)))]
+        return self.emit(self.term_value(t, states), {})
+
+    # -- the kernel ---------------------------------------------------------------------------
+    def params(self) -> tuple[Param, ...]:
+        ps: list[Param] = [Param("NT", "iscalar"), *(Param(f"E_{v}", "iscalar") for v in self.order)]
+        for n, o in enumerate(self.ops):
+            if o.levels is not None:
+                for k, lv in enumerate(o.levels):
+                    if lv.kind in ("compressed", "loose_compressed"):
+                        ps.append(Param(f"t{n}_pos{k}", "ibuf", o.index_dtype))
+                    if lv.kind in ITERATED:
+                        ps.append(Param(f"t{n}_crd{k}", "ibuf", o.index_dtype))
+            ps.append(Param(f"t{n}_val", "vbuf"))
+        ps += [Param(f"s_{s}", "vscalar") for s in self.expr.scalars]
+        if self.output in ("dense", "scalar"):
+            if self.mode == "partials":
+                ps.append(Param("NOUT", "iscalar"))
+            ps.append(Param("out", "vbuf", const=False))
+        elif self.pass_ == "count":
+            ps.append(Param("o_cnt", "ibuf", "int64", const=False))
+        else:
+            ps.append(Param("o_pos", "ibuf", "int64"))
+            for n in range(1, len(self.prefix) + len(self.rest)):
+                ps.append(Param(f"o_crd{n}", "ibuf", "int64", const=False))
+            ps.append(Param("o_val", "vbuf", const=False))
+        if self.output == "sparse" and self.rest and self.mode == "workspace":
+            ps.append(Param("W", "iscalar"))
+            ps.append(Param("ws_mark", "ibuf", "int64", const=False))
+            ps.append(Param("ws_list", "ibuf", "int64", const=False))
+            if self.pass_ == "fill":
+                ps.append(Param("ws_val", "vbuf", const=False))
+        return tuple(ps)
+
+    def kernel(self, name: str) -> Kernel:
+        body = self.nest(self.order, list(range(len(self.expr.terms))), {a.id: _State() for a in self.accesses}, dict.fromkeys(range(len(self.expr.terms)), TRUE))
+        meta = (("compute", True), ("parallel", self.parallel), ("pass", self.pass_))
+        return Kernel(name, self.params(), Block(tuple(body)), None, self.vdt, "int64", "int64", meta)
+
+
+def lower_compute(
+    expr: IndexExpr,
+    operands: Sequence[OperandSpec],
+    order: Sequence[str],
+    *,
+    output: str,
+    semiring: Semiring,
+    value_dtype: str,
+    mode: str = "workspace",
+    atomic: bool = False,
+    name: str = "ust_compute",
+) -> ComputeKernels:
+    """Lower ``expr`` for the given operands and loop order.
+
+    ``output``: "dense", "scalar" or "sparse".  ``mode``: for sparse outputs "workspace"
+    (a dense row workspace, sorted per row) or "expand" (entries as they come, combined by
+    the caller after a sort); for dense outputs "partials" (a thread-private output when
+    the outer loop does not own its rows) or "workspace" (owned or serial).  ``atomic``:
+    the target combines shared outputs atomically (the GPU).
+    """
+    for o in operands:
+        for lv in o.levels or ():
+            if lv.kind not in WALKABLE:
+                raise UnsupportedError(f"level kind {lv.kind!r} is not walked by the compiler; convert first")
+    if output == "sparse":
+        passes = ("count", "fill")
+    else:
+        passes = ("main",)
+    kernels = []
+    low: _Lowerer | None = None
+    for p in passes:
+        low = _Lowerer(expr, operands, order, output, semiring, value_dtype, mode, p, atomic)
+        kernels.append(low.kernel(f"{name}_{p}"))
+    assert low is not None
+    return ComputeKernels(
+        tuple(kernels),
+        output,
+        tuple(order),
+        low.prefix,
+        low.rest,
+        low.parallel,
+        low.owned,
+        mode,
+        tuple(low.strategies.items()),
+    )
