@@ -25,6 +25,7 @@ from ust.codegen.compute_lower import ComputeKernels
 from ust.codegen.ir import Kernel
 from ust.codegen.semiring import Semiring
 from ust.runtime.errors import ShapeError
+from ust.runtime.xp import expand_segments
 
 __all__ = ["ComputeResult", "run_compute", "workspace_bytes"]
 
@@ -56,7 +57,7 @@ def _combine_sorted(xp: Any, pos: Any, crd: list[Any], vals: Any, outer: int, sr
     n = int(vals.shape[0])
     if n == 0:
         return pos, crd, vals
-    row = xp.repeat(xp.arange(outer, dtype=np.int64), xp.diff(pos))
+    row = expand_segments(xp, xp.diff(pos), n, np.int64)
     keys = [*reversed(crd), row]
     perm = xp.lexsort(xp.stack(keys)) if keys else xp.arange(n)
     crd = [c[perm] for c in crd]

@@ -1,0 +1,188 @@
+"""CUDA C++ source of the compiler's kernels (:mod:`ust.codegen.compute_lower`), for NVRTC.
+
+Thread-per-outer-coordinate: the outer parallel loop becomes one grid-stride loop over
+``blockIdx.x * blockDim.x + threadIdx.x``; top-level work that cannot be shared out (the
+two-pointer merge of several segments at the outer level, a term group over a reduction
+index) runs on the grid's first thread.  Outputs that several threads write (a reduction
+index outermost, a scalar result) are combined atomically with the semiring's add:
+``atomicAdd``, ``atomicMin`` / ``atomicMax`` for integers, a compare-and-swap loop on the bit
+pattern for real min / max.  Sparse results use the lowering's ``expand`` mode (entries
+written at each row's offset, combined by the host after a sort), so no kernel needs a
+per-thread workspace.  No headers; ``+-inf`` are bit patterns.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ust.codegen.emit_cstyle import CStyleRenderer
+from ust.codegen.emit_cuda import BLOCK, PRELUDE
+from ust.codegen.ir import Accumulate, Block, Const, Kernel, Let, Loop, Param, Stmt
+from ust.runtime.errors import UnsupportedError
+
+__all__ = ["COMPUTE_CUDA_VALUE", "emit_compute_cuda"]
+
+COMPUTE_CUDA_VALUE = {
+    "float32": "float",
+    "float64": "double",
+    "complex64": "ust_c64",
+    "complex128": "ust_c128",
+    "int8": "signed char",
+    "int16": "short",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "uint16": "unsigned short",
+    "uint32": "unsigned int",
+    "uint64": "unsigned long long",
+}
+#: value dtypes with an atomic add / min / max here
+_ATOMIC = {
+    "+": ("float32", "float64", "complex64", "complex128", "int32", "int64", "uint32", "uint64"),
+    "min": ("float32", "float64", "int32", "int64", "uint32", "uint64"),
+    "max": ("float32", "float64", "int32", "int64", "uint32", "uint64"),
+}
+
+EXTRA = r"""
+__device__ __forceinline__ ust_c128 operator-(ust_c128 a) { return ust_c128{-a.re, -a.im}; }
+__device__ __forceinline__ ust_c64 operator-(ust_c64 a) { return ust_c64{-a.re, -a.im}; }
+__device__ __forceinline__ ust_c128 operator-(ust_c128 a, ust_c128 b) { return ust_c128{a.re - b.re, a.im - b.im}; }
+__device__ __forceinline__ ust_c64 operator-(ust_c64 a, ust_c64 b) { return ust_c64{a.re - b.re, a.im - b.im}; }
+__device__ __forceinline__ void ust_atomic_add(int *p, int v) { atomicAdd(p, v); }
+__device__ __forceinline__ void ust_atomic_add(unsigned int *p, unsigned int v) { atomicAdd(p, v); }
+__device__ __forceinline__ void ust_atomic_add(long long *p, long long v) {
+    atomicAdd((unsigned long long *)p, (unsigned long long)v);
+}
+__device__ __forceinline__ void ust_atomic_add(unsigned long long *p, unsigned long long v) { atomicAdd(p, v); }
+__device__ __forceinline__ void ust_atomic_min(int *p, int v) { atomicMin(p, v); }
+__device__ __forceinline__ void ust_atomic_max(int *p, int v) { atomicMax(p, v); }
+__device__ __forceinline__ void ust_atomic_min(unsigned int *p, unsigned int v) { atomicMin(p, v); }
+__device__ __forceinline__ void ust_atomic_max(unsigned int *p, unsigned int v) { atomicMax(p, v); }
+__device__ __forceinline__ void ust_atomic_min(long long *p, long long v) { atomicMin(p, v); }
+__device__ __forceinline__ void ust_atomic_max(long long *p, long long v) { atomicMax(p, v); }
+__device__ __forceinline__ void ust_atomic_min(unsigned long long *p, unsigned long long v) { atomicMin(p, v); }
+__device__ __forceinline__ void ust_atomic_max(unsigned long long *p, unsigned long long v) { atomicMax(p, v); }
+__device__ __forceinline__ void ust_atomic_min(double *p, double v) {
+    unsigned long long *a = (unsigned long long *)p, old = *a, assumed;
+    do { assumed = old; if (!(v < __longlong_as_double((long long)assumed))) break;
+         old = atomicCAS(a, assumed, (unsigned long long)__double_as_longlong(v)); } while (assumed != old);
+}
+__device__ __forceinline__ void ust_atomic_max(double *p, double v) {
+    unsigned long long *a = (unsigned long long *)p, old = *a, assumed;
+    do { assumed = old; if (!(v > __longlong_as_double((long long)assumed))) break;
+         old = atomicCAS(a, assumed, (unsigned long long)__double_as_longlong(v)); } while (assumed != old);
+}
+__device__ __forceinline__ void ust_atomic_min(float *p, float v) {
+    unsigned int *a = (unsigned int *)p, old = *a, assumed;
+    do { assumed = old; if (!(v < __int_as_float((int)assumed))) break;
+         old = atomicCAS(a, assumed, (unsigned int)__float_as_int(v)); } while (assumed != old);
+}
+__device__ __forceinline__ void ust_atomic_max(float *p, float v) {
+    unsigned int *a = (unsigned int *)p, old = *a, assumed;
+    do { assumed = old; if (!(v > __int_as_float((int)assumed))) break;
+         old = atomicCAS(a, assumed, (unsigned int)__float_as_int(v)); } while (assumed != old);
+}
+"""
+
+
+class _ComputeCuda(CStyleRenderer):
+    value_types = COMPUTE_CUDA_VALUE
+    index_types = {"int32": "ust_i32", "int64": "ust_i64"}
+    bool_type = "bool"
+
+    def __init__(self, kernel: Kernel) -> None:
+        super().__init__(kernel)
+        self.complex = kernel.value_dtype.startswith("complex")
+        self.integer = kernel.value_dtype.startswith(("int", "uint"))
+
+    def const(self, e: Const) -> str:
+        if e.kind == "bool":
+            return "true" if e.value else "false"
+        if e.kind == "value":
+            if self.complex:
+                c = complex(e.value)  # type: ignore[arg-type]
+                return f"{self.vt}{{{c.real!r}, {c.imag!r}}}"
+            if self.integer:
+                return f"(({self.vt}){int(e.value)}LL)"  # type: ignore[arg-type]
+            f = float(e.value)  # type: ignore[arg-type]
+            if math.isinf(f):
+                bits = "__longlong_as_double(0x7ff0000000000000LL)" if self.vt == "double" else "__int_as_float(0x7f800000)"
+                return bits if f > 0 else f"(-{bits})"
+            return f"(({self.vt}){f!r})"
+        return super().const(e)
+
+    def accumulate(self, s: Accumulate, depth: int) -> None:
+        if not s.atomic:  # pragma: no cover - the lowering writes shared outputs atomically only
+            raise UnsupportedError("a non-atomic Accumulate is not emitted for the GPU")
+        if self.k.value_dtype not in _ATOMIC.get(s.op, ()):
+            raise UnsupportedError(
+                f"no atomic {s.op} for {self.k.value_dtype} values on the GPU; this expression's output is "
+                "shared between threads: compute it on the CPU (execution='cpu') or in a wider dtype"
+            )
+        fn = {"+": "ust_atomic_add", "min": "ust_atomic_min", "max": "ust_atomic_max"}[s.op]
+        self.out(depth, f"{fn}(&{s.buf}[{self.expr(s.index)}], {self.expr(s.value)});")
+
+    def loop(self, s: Loop, depth: int) -> None:
+        if not s.parallel:
+            self.serial_loop(s, depth)
+            return
+        it = self.it
+        self.out(depth, "{")
+        d = depth + 1
+        self.out(d, f"const {it} ust_lo = {self.expr(s.lo)};")
+        self.out(d, f"const {it} ust_hi = {self.expr(s.hi)};")
+        self.out(
+            d,
+            f"for ({it} {s.var} = ust_lo + ({it})blockIdx.x * blockDim.x + threadIdx.x; {s.var} < ust_hi; "
+            f"{s.var} += ({it})gridDim.x * blockDim.x) {{",
+        )
+        self.block(s.body, d + 1)
+        self.out(d, "}")
+        self.out(depth, "}")
+
+    def signature(self, params: tuple[Param, ...]) -> str:
+        parts = []
+        for p in params:
+            if p.kind == "iscalar":
+                parts.append(f"const {self.it} {p.name}")
+            elif p.kind == "vscalar":
+                parts.append(f"const {self.vt} {p.name}")
+            else:
+                t = self.index_types[p.dtype] if p.kind == "ibuf" else self.vt
+                parts.append(f"{'const ' if p.const else ''}{t} *__restrict__ {p.name}")
+        args = ",\n    ".join(parts)
+        return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {self.k.name}(\n    {args})'
+
+    def kernel(self) -> str:
+        k = self.k
+        self.out(0, self.signature(k.params))
+        self.out(0, "{")
+        self.out(1, "const ust_i64 ust_tid = 0; (void)ust_tid;")
+        self.out(1, "const bool ust_first = blockIdx.x == 0 && threadIdx.x == 0;")
+        # lets are computed by every thread; other top-level statements that are not the shared-out
+        # outer loop run on the first thread
+        serial: list[Stmt] = []
+        for s in k.body.body:
+            if isinstance(s, Let) or (isinstance(s, Loop) and s.parallel):
+                self._flush(serial)
+                self.stmt(s, 1)
+            else:
+                serial.append(s)
+        self._flush(serial)
+        self.out(0, "}")
+        return "\n".join(self.lines) + "\n"
+
+    def _flush(self, serial: list[Stmt]) -> None:
+        if not serial:
+            return
+        self.out(1, "if (ust_first) {")
+        self.block(Block(tuple(serial)), 2)
+        self.out(1, "}")
+        serial.clear()
+
+
+def emit_compute_cuda(kernels: list[Kernel]) -> str:
+    """CUDA source defining one ``extern "C"`` kernel per IR kernel (named ``kernel.name``)."""
+    parts = [PRELUDE.replace("ust.codegen.emit_cuda", "ust.codegen.emit_compute_cuda"), EXTRA]
+    parts += [_ComputeCuda(k).kernel() for k in kernels]
+    return "\n".join(parts)
