@@ -24,38 +24,53 @@ operand are summed first, as SciPy does.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ust.algebra.operands import DENSE, SCALAR, SPARSE, as_tensor, kind, place
-from ust.codegen.compute_lower import ComputeKernels, LevelSpec, OperandSpec, lower_compute
-from ust.codegen.loop_order import AccessLayout, choose_order
-from ust.codegen.notation import Factor, IndexExpr, Term, parse_index_expr
-from ust.codegen.semiring import BUILTIN, Semiring, resolve_semiring
 from ust.formats.library import resolve
 from ust.formats.model import Dim, Format, LevelFormat
+from ust.grammar.semiring import BUILTIN, Semiring, resolve_semiring
 from ust.plan import Decision
 from ust.plan.planner import c_compiler_available
 from ust.plan.planner import choose as plan_choose
-from ust.plan.rules import Problem
 from ust.plan.routes import Route, register, route_of
+from ust.plan.rules import Problem
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
 from ust.runtime.stateful import PlanFileError, StatefulOperation, ust_version
 from ust.tensor import Tensor
+
+if TYPE_CHECKING:  # the compiler itself is imported when an expression is first compiled
+    from ust.codegen.compute_lower import ComputeKernels, LevelSpec, OperandSpec
+    from ust.codegen.notation import IndexExpr
 
 __all__ = ["Compute", "Semiring", "compute", "einsum", "explain_compute", "explain_einsum", "semirings"]
 
 _log = get_logger(__name__)
 
 #: Value dtypes the compiler computes in.
-VALUE_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "complex64", "complex128")
+VALUE_DTYPES = (
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
 _LEVEL_KIND = {
     LevelFormat.DENSE: "dense",
     LevelFormat.COMPRESSED: "compressed",
@@ -76,6 +91,8 @@ def semirings() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _parse(text: str) -> IndexExpr:
+    from ust.codegen.notation import parse_index_expr
+
     return parse_index_expr(text)
 
 
@@ -158,20 +175,46 @@ def compute(
     >>> bool(np.allclose(C.todense(), (A @ A + A).toarray()))
     True
     """
-    with Compute(expression, out_format=out_format, semiring=semiring, execution=execution, options=options, **operands) as c:
+    with Compute(
+        expression, out_format=out_format, semiring=semiring, execution=execution, options=options, **operands
+    ) as c:
         c.plan()
         return c.execute()
 
 
-def explain_compute(expression: str, *, out_format: Any = None, semiring: Any = None, execution: Any = None, options: Mapping[str, Any] | None = None, **operands: Any) -> str:
+def explain_compute(
+    expression: str,
+    *,
+    out_format: Any = None,
+    semiring: Any = None,
+    execution: Any = None,
+    options: Mapping[str, Any] | None = None,
+    **operands: Any,
+) -> str:
     """What :func:`compute` would do: route, concrete index notation, loop order, co-iteration, workspace."""
-    c = Compute(expression, out_format=out_format, semiring=semiring, execution=execution, options=options, **operands)
+    c = Compute(
+        expression, out_format=out_format, semiring=semiring, execution=execution, options=options, **operands
+    )
     return c.explain()
 
 
-def explain_einsum(subscripts: str, *operands: Any, out_format: Any = None, semiring: Any = None, execution: Any = None, options: Mapping[str, Any] | None = None) -> str:
+def explain_einsum(
+    subscripts: str,
+    *operands: Any,
+    out_format: Any = None,
+    semiring: Any = None,
+    execution: Any = None,
+    options: Mapping[str, Any] | None = None,
+) -> str:
     text, names = _einsum_text(subscripts, len(operands))
-    return explain_compute(text, out_format=out_format, semiring=semiring, execution=execution, options=options, **dict(zip(names, operands)))
+    return explain_compute(
+        text,
+        out_format=out_format,
+        semiring=semiring,
+        execution=execution,
+        options=options,
+        **dict(zip(names, operands)),
+    )
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -188,7 +231,9 @@ def _check_names(expr: IndexExpr, given: Mapping[str, Any]) -> None:
     accessed, scalars = set(expr.operands), set(expr.scalars)
     both = accessed & scalars
     if both:
-        raise InvalidValueError(f"{', '.join(sorted(both))} is used both as an indexed operand and as a scalar")
+        raise InvalidValueError(
+            f"{', '.join(sorted(both))} is used both as an indexed operand and as a scalar"
+        )
     if expr.output in accessed | scalars:
         raise InvalidValueError(f"the output {expr.output} also appears on the right-hand side")
     missing = sorted((accessed | scalars) - set(given))
@@ -196,7 +241,9 @@ def _check_names(expr: IndexExpr, given: Mapping[str, Any]) -> None:
         raise InvalidValueError(f"operand(s) {', '.join(missing)} named in the expression but not given")
     extra = sorted(set(given) - accessed - scalars)
     if extra:
-        raise InvalidValueError(f"operand(s) {', '.join(extra)} given but not named in the expression ({expr.text()})")
+        raise InvalidValueError(
+            f"operand(s) {', '.join(extra)} given but not named in the expression ({expr.text()})"
+        )
     on_right = {i for t in expr.terms for f in t.factors for i in f.indices}
     lost = [i for i in expr.out_indices if i not in on_right]
     if lost:
@@ -235,7 +282,9 @@ def _extents(expr: IndexExpr, ops: Mapping[str, _Operand]) -> dict[str, int]:
                     f"{f.text()} has {len(f.indices)} index(es) but {f.operand} has {len(shp)} dimension(s) {shp}"
                 )
             if len(shp) > MAX_RANK:
-                raise UnsupportedError(f"{f.operand} has {len(shp)} dimensions; at most {MAX_RANK} are supported")
+                raise UnsupportedError(
+                    f"{f.operand} has {len(shp)} dimensions; at most {MAX_RANK} are supported"
+                )
             for i, n in zip(f.indices, shp):
                 if i in ext and ext[i][0] != n:
                     raise ShapeError(
@@ -258,7 +307,9 @@ def _value_dtype(expr: IndexExpr, ops: Mapping[str, _Operand], sr: Semiring) -> 
             raise UnsupportedError("bool operands take the or_and semiring; cast them for arithmetic")
         dt = np.dtype(np.uint8)
     if str(dt) not in VALUE_DTYPES:
-        raise UnsupportedError(f"values of dtype {dt} are not supported; supported: {', '.join(VALUE_DTYPES)}")
+        raise UnsupportedError(
+            f"values of dtype {dt} are not supported; supported: {', '.join(VALUE_DTYPES)}"
+        )
     sr.check_dtype(dt)
     if expr.has_subtraction and not sr.ring:
         raise UnsupportedError(f"'-' needs a semiring with an additive inverse (plus_times), not {sr.label}")
@@ -267,6 +318,8 @@ def _value_dtype(expr: IndexExpr, ops: Mapping[str, _Operand], sr: Semiring) -> 
 
 def _diagonals(expr: IndexExpr, ops: dict[str, _Operand], xp_of: Any) -> IndexExpr:
     """Accesses that repeat an index (``A(i,i)``) read a diagonal: made a new operand of lower rank."""
+    from ust.codegen.notation import Factor, IndexExpr, Term
+
     terms: list[Term] = []
     made: dict[tuple[str, tuple[str, ...]], str] = {}
     for t in expr.terms:
@@ -289,9 +342,11 @@ def _diagonals(expr: IndexExpr, ops: dict[str, _Operand], xp_of: Any) -> IndexEx
 def _diagonal_operand(op: _Operand, indices: tuple[str, ...], uniq: tuple[str, ...], name: str) -> _Operand:
     shp = _shape(op)
     for i in uniq:
-        dims = [d for d, j in enumerate(indices) if j == i]
-        if len({shp[d] for d in dims}) > 1:
-            raise ShapeError(f"index {i} is repeated in {op.name} over dimensions of different extents {[shp[d] for d in dims]}")
+        same = [d for d, j in enumerate(indices) if j == i]
+        if len({shp[d] for d in same}) > 1:
+            raise ShapeError(
+                f"index {i} is repeated in {op.name} over dimensions of different extents {[shp[d] for d in same]}"
+            )
     if op.kind == DENSE:
         from ust.runtime import xp as _xp
 
@@ -311,19 +366,23 @@ def _diagonal_operand(op: _Operand, indices: tuple[str, ...], uniq: tuple[str, .
         ds = [d for d, j in enumerate(indices) if j == i]
         for d in ds[1:]:
             keep &= dims[d] == dims[ds[0]]
-    first = [indices.index(i) for i in uniq]
-    coords = [dims[d][keep] for d in first]
-    new_shape = tuple(shp[d] for d in first)
+    lead = [indices.index(i) for i in uniq]
+    coords = [dims[d][keep] for d in lead]
+    new_shape = tuple(shp[d] for d in lead)
     from ust.convert.pack import pack
     from ust.convert.unpack import Entries
 
-    fmt = fitting_format(len(uniq), tuple(range(len(uniq))), new_shape, int(coords[0].shape[0]) if coords else 0)
+    fmt = fitting_format(
+        len(uniq), tuple(range(len(uniq))), new_shape, int(coords[0].shape[0]) if coords else 0
+    )
     ent2 = Entries(xp, fmt, new_shape, coords, ent.values[keep], None, False)
     return _Operand(name, SPARSE, pack(ent2, fmt, source_index_dtype=t.index_dtype))
 
 
 def _split_aliases(expr: IndexExpr, ops: dict[str, _Operand]) -> IndexExpr:
     """An operand read with two index patterns becomes two operands (each walked in its own order)."""
+    from ust.codegen.notation import Factor, IndexExpr, Term
+
     seen: dict[str, tuple[str, ...]] = {}
     alias: dict[tuple[str, tuple[str, ...]], str] = {}
     terms: list[Term] = []
@@ -346,11 +405,13 @@ def _split_aliases(expr: IndexExpr, ops: dict[str, _Operand]) -> IndexExpr:
 def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
     """The levels of ``t`` as the compiler walks them, or None when its format must be converted
     (affine or range levels, batches, unordered levels, duplicates)."""
+    from ust.codegen.compute_lower import LevelSpec
+
     fmt = t.format
     if t.is_batched:
         return None
     out: list[LevelSpec] = []
-    for k, lv in enumerate(fmt.levels):
+    for _k, lv in enumerate(fmt.levels):
         if not isinstance(lv.expr, Dim) or lv.format not in _LEVEL_KIND:
             return None
         if not lv.type.ordered:
@@ -358,7 +419,7 @@ def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
         out.append(LevelSpec(lv.expr.dim, _LEVEL_KIND[lv.format], bool(lv.type.unique)))
     if out and not out[-1].unique:
         return None
-    for a, b in zip(out, out[1:]):
+    for a, b in itertools.pairwise(out):
         if not a.unique and b.kind != "singleton":
             return None
     if any(x.kind == "singleton" and (k == 0 or out[k - 1].kind == "dense") for k, x in enumerate(out)):
@@ -390,7 +451,11 @@ def _result_kind(expr: IndexExpr, ops: Mapping[str, _Operand], out_format: Any) 
     pattern_from: str | None = None
     bounded = True
     for t in expr.terms:
-        match = [f.operand for f in t.factors if ops[f.operand].kind == SPARSE and set(f.indices) == set(expr.out_indices)]
+        match = [
+            f.operand
+            for f in t.factors
+            if ops[f.operand].kind == SPARSE and set(f.indices) == set(expr.out_indices)
+        ]
         if not match:
             bounded = False
             break
@@ -415,7 +480,11 @@ def _default_format(expr: IndexExpr, ops: Mapping[str, _Operand], pattern_from: 
     if r == 2:
         return resolve("CSR")
     names = ", ".join(f"d{d}" for d in range(r))
-    levels = ["d0 : compressed(nonunique)", *(f"d{d} : singleton(nonunique)" for d in range(1, r - 1)), f"d{r - 1} : singleton"]
+    levels = [
+        "d0 : compressed(nonunique)",
+        *(f"d{d} : singleton(nonunique)" for d in range(1, r - 1)),
+        f"d{r - 1} : singleton",
+    ]
     return resolve(f"({names}) -> ({', '.join(levels)})")
 
 
@@ -538,6 +607,9 @@ class Compute(StatefulOperation):
         return plan_choose(self._problem(), None)
 
     def _build(self, order: Sequence[str] | None = None, mode: str | None = None) -> _Plan:
+        from ust.codegen.compute_lower import OperandSpec
+        from ust.codegen.loop_order import AccessLayout, choose_order
+
         expr = self._expr0
         ops = dict(self._ops)
         pl = self._placement
@@ -556,7 +628,11 @@ class Compute(StatefulOperation):
             if o.kind == SPARSE:
                 lv = walk_levels(o.value)
                 walk[name] = lv
-                layouts.append(AccessLayout(name, True, tuple(x.dim for x in lv) if lv else None, lv is not None, int(o.value.nse)))
+                layouts.append(
+                    AccessLayout(
+                        name, True, tuple(x.dim for x in lv) if lv else None, lv is not None, int(o.value.nse)
+                    )
+                )
             else:
                 layouts.append(AccessLayout(name, False, None))
         sparse_out = self._result_kind == "sparse"
@@ -567,8 +643,14 @@ class Compute(StatefulOperation):
         for name, dims in conversions.items():
             t: Tensor = ops[name].value
             target = fitting_format(t.ndim, dims, t.shape, t.nse)
-            why = "its format cannot be walked level by level" if walk.get(name) is None else "its level order does not fit the loop order"
-            notes.append(f"{name.split('#')[0]} ({t.format.map_text()}) converted once to {target.map_text()}: {why}")
+            why = (
+                "its format cannot be walked level by level"
+                if walk.get(name) is None
+                else "its level order does not fit the loop order"
+            )
+            notes.append(
+                f"{name.split('#')[0]} ({t.format.map_text()}) converted once to {target.map_text()}: {why}"
+            )
             if not t.has_canonical_format and walk.get(name) is None:
                 t = t.copy()
                 t.sum_duplicates()
@@ -590,14 +672,36 @@ class Compute(StatefulOperation):
         ck = self._lower(expr, tuple(specs), lo.order, output, str(vdt), mode, on_gpu, extents)
         d = self.decision()
         plan = _Plan(
-            expr, output, lo.order, lo.reason, conversions, self._out_format, vdt, extents, ck, tuple(specs),
-            self.device, d.route, d.reason, notes=notes,
+            expr,
+            output,
+            lo.order,
+            lo.reason,
+            conversions,
+            self._out_format,
+            vdt,
+            extents,
+            ck,
+            tuple(specs),
+            self.device,
+            d.route,
+            d.reason,
+            notes=notes,
         )
         plan.library = route_of(d.rule).build(plan)
         self._ops_run = ops
         return plan
 
-    def _lower(self, expr: IndexExpr, specs: tuple[OperandSpec, ...], order: tuple[str, ...], output: str, vdt: str, mode: str | None, on_gpu: bool, extents: Mapping[str, int]) -> ComputeKernels:
+    def _lower(
+        self,
+        expr: IndexExpr,
+        specs: tuple[OperandSpec, ...],
+        order: tuple[str, ...],
+        output: str,
+        vdt: str,
+        mode: str | None,
+        on_gpu: bool,
+        extents: Mapping[str, int],
+    ) -> ComputeKernels:
         from ust.runtime.cpu_threads import usable_cores
 
         if mode is None:
@@ -611,21 +715,34 @@ class Compute(StatefulOperation):
                     prefix_len += 1
                 rest = [v for v in order if v in expr.out_indices][prefix_len:]
                 w = int(np.prod([extents[r] for r in rest], dtype=np.int64)) if rest else 0
-                mode = "workspace" if usable_cores() * w * (16 + np.dtype(vdt).itemsize) <= (1 << 28) else "expand"
+                mode = (
+                    "workspace"
+                    if usable_cores() * w * (16 + np.dtype(vdt).itemsize) <= (1 << 28)
+                    else "expand"
+                )
             else:
-                nout = int(np.prod([extents[v] for v in expr.out_indices], dtype=np.int64)) if expr.out_indices else 1
-                mode = "partials" if usable_cores() * nout * np.dtype(vdt).itemsize <= (1 << 28) else "workspace"
-        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu)
+                nout = (
+                    int(np.prod([extents[v] for v in expr.out_indices], dtype=np.int64))
+                    if expr.out_indices
+                    else 1
+                )
+                mode = (
+                    "partials" if usable_cores() * nout * np.dtype(vdt).itemsize <= (1 << 28) else "workspace"
+                )
+        outer = 1
+        for v in order:
+            if v not in expr.out_indices:
+                break
+            outer *= extents[v]
+        mark = "int32" if outer < 2**31 - 1 else "int64"
+        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu, mark)
 
-    def _plan(self) -> Any:
+    def _plan(self) -> None:
         t0 = time.perf_counter()
         self._plan_obj = self._build()
         p = self._plan_obj
-        _log.info(
-            "compute %s: route %s on %s, %s", p.expr.text(), p.route, p.device, p.order_reason
-        )
+        _log.info("compute %s: route %s on %s, %s", p.expr.text(), p.route, p.device, p.order_reason)
         _log.debug("compute planned in %.1f ms", 1e3 * (time.perf_counter() - t0))
-        return self
 
     def autotune(self, repeats: int = 3) -> Compute:
         """Time the best few loop orders (by the order chooser's score) and keep the fastest."""
@@ -701,12 +818,24 @@ class Compute(StatefulOperation):
 
         xp = _xp_of(p.device)
         on_gpu = p.device.startswith("cuda")
-        work = sum(int(np.size(self._ops_run[s.name].value.values)) if s.levels is not None else 0 for s in p.specs)
+        work = sum(
+            int(np.size(self._ops_run[s.name].value.values)) if s.levels is not None else 0 for s in p.specs
+        )
         nthreads = 1 if on_gpu else threads(max(work, 1), 1 << 13)
         if p.ck.mode == "workspace" and p.output == "sparse" and p.ck.rest and not on_gpu:
             nthreads = max(nthreads, 1)
         out_ext = tuple(p.extents[i] for i in p.expr.out_indices)
-        res = run_compute(p.ck, p.library.launch, xp, self._args(p), p.extents, out_ext, self.semiring, str(p.value_dtype), nthreads)
+        res = run_compute(
+            p.ck,
+            p.library.launch,
+            xp,
+            self._args(p),
+            p.extents,
+            out_ext,
+            self.semiring,
+            str(p.value_dtype),
+            nthreads,
+        )
         return res
 
     def _execute(self, **kwargs: Any) -> Any:
@@ -740,7 +869,11 @@ class Compute(StatefulOperation):
             pos = xp.asarray([0, int(crd.shape[0])], dtype=itype)
             t = Tensor(shape, "(d0) -> (d0 : compressed)", res.values, pos=[pos], crd=[crd], check=False)
         else:
-            kinds = ["dense"] + (["compressed"] if r == 2 else ["compressed(nonunique)"] + ["singleton(nonunique)"] * (r - 3) + ["singleton"])
+            kinds = ["dense"] + (
+                ["compressed"]
+                if r == 2
+                else ["compressed(nonunique)"] + ["singleton(nonunique)"] * (r - 3) + ["singleton"]
+            )
             text = f"({', '.join(names)}) -> ({', '.join(f'{dim_of[v]} : {k}' for v, k in zip(emit, kinds))})"
             pos_l: list[Any] = [None, res.pos.astype(itype)] + [None] * (r - 2)
             crd_l: list[Any] = [None, *(c.astype(itype) for c in res.crd)]
@@ -768,7 +901,9 @@ class Compute(StatefulOperation):
     def _reset_operands(self, **operands: Any) -> None:
         unknown = set(operands) - set(self._given)
         if unknown:
-            raise InvalidValueError(f"reset_operands: {sorted(unknown)} are not operands of {self.expression!r}")
+            raise InvalidValueError(
+                f"reset_operands: {sorted(unknown)} are not operands of {self.expression!r}"
+            )
         new = {**self._given, **operands}
         ops = _classify(self._expr0, new)
         for n in operands:
@@ -777,7 +912,9 @@ class Compute(StatefulOperation):
                 raise ShapeError(f"reset_operands: {n} was a {old.kind} operand, now a {cur.kind} one")
             if cur.kind != SCALAR:
                 if _shape(old) != _shape(cur) or np.dtype(old.value.dtype) != np.dtype(cur.value.dtype):
-                    raise ShapeError(f"reset_operands: {n} must keep shape {_shape(old)} and dtype {old.value.dtype}")
+                    raise ShapeError(
+                        f"reset_operands: {n} must keep shape {_shape(old)} and dtype {old.value.dtype}"
+                    )
                 if cur.kind == SPARSE and cur.value.format != old.value.format:
                     raise ShapeError(f"reset_operands: {n} must keep format {old.value.format.map_text()}")
             self._placement.check(n, cur.value) if cur.kind != SCALAR else None
@@ -811,24 +948,49 @@ class Compute(StatefulOperation):
         lines.append(f"result: {_result_text(p)}")
         if p.output == "sparse":
             if p.ck.rest:
-                ws = "a dense row workspace over " + ", ".join(p.ck.rest) + " with a touched list, sorted per row" if p.ck.mode == "workspace" else "entries written as they come, then sorted and combined (expand-sort-compress)"
+                ws = (
+                    "a dense row workspace over "
+                    + ", ".join(p.ck.rest)
+                    + " with a touched list, sorted per row"
+                    if p.ck.mode == "workspace"
+                    else "entries written as they come, then sorted and combined (expand-sort-compress)"
+                )
                 lines.append(f"workspace: {ws}")
             else:
                 lines.append("workspace: none (each outer coordinate's entries come out in order)")
-            lines.append("assembly: a symbolic pass counts each row's entries, a prefix sum, a numeric pass fills crd and values")
+            lines.append(
+                "assembly: a symbolic pass counts each row's entries, a prefix sum, a numeric pass fills crd and values"
+            )
         elif p.output == "dense" and not p.ck.owned:
-            lines.append("workspace: " + ("one private copy of the output per thread, combined after" if p.ck.mode == "partials" else "atomic updates of the shared output" if p.device.startswith("cuda") else "the outer loop runs on one thread"))
-        lines.append("parallel: " + ("the outer loop" if p.ck.parallel else "none (the outer loop merges several segments)"))
+            lines.append(
+                "workspace: "
+                + (
+                    "one private copy of the output per thread, combined after"
+                    if p.ck.mode == "partials"
+                    else "atomic updates of the shared output"
+                    if p.device.startswith("cuda")
+                    else "the outer loop runs on one thread"
+                )
+            )
+        lines.append(
+            "parallel: "
+            + ("the outer loop" if p.ck.parallel else "none (the outer loop merges several segments)")
+        )
         return "\n".join(lines)
 
     def _plan_payload(self) -> dict[str, Any]:
         assert self._plan_obj is not None
         p = self._plan_obj
-        return {"expression": self.expression, "order": list(p.order), "mode": p.ck.mode, "semiring": self.semiring.label}
+        return {
+            "expression": self.expression,
+            "order": list(p.order),
+            "mode": p.ck.mode,
+            "semiring": self.semiring.label,
+        }
 
-    def save_plan(self, path: str | os.PathLike[str]) -> None:  # type: ignore[override]
+    def save_plan(self, path: str | os.PathLike[str]) -> None:
         """Write the chosen loop order and mode (JSON) for :meth:`load_plan` in another process."""
-        self._require("save_plan", "planned")
+        self._require("save a plan", "plan")
         data = {"ust_compute_plan": 1, "ust": ust_version(), **self._plan_payload()}
         tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -836,7 +998,7 @@ class Compute(StatefulOperation):
         os.replace(tmp, path)
 
     @classmethod
-    def load_plan(cls, path: str | os.PathLike[str], expression: str, **operands: Any) -> Compute:  # type: ignore[override]
+    def load_plan(cls, path: str | os.PathLike[str], expression: str, **operands: Any) -> Compute:
         """A planned Compute for ``expression`` with the loop order and mode saved in ``path``
         (a file that is not such a plan, or one for another expression: PlanFileError)."""
         try:
@@ -847,9 +1009,15 @@ class Compute(StatefulOperation):
         if not isinstance(data, dict) or data.get("ust_compute_plan") != 1:
             raise PlanFileError(f"{os.fspath(path)} is not a saved compute plan")
         if data.get("expression") != expression:
-            raise PlanFileError(f"{os.fspath(path)} was saved for {data.get('expression')!r}, not {expression!r}")
+            raise PlanFileError(
+                f"{os.fspath(path)} was saved for {data.get('expression')!r}, not {expression!r}"
+            )
         order, mode = data.get("order"), data.get("mode")
-        if not (isinstance(order, list) and all(isinstance(v, str) for v in order)) or mode not in ("workspace", "expand", "partials"):
+        if not (isinstance(order, list) and all(isinstance(v, str) for v in order)) or mode not in (
+            "workspace",
+            "expand",
+            "partials",
+        ):
             raise PlanFileError(f"{os.fspath(path)}: a damaged compute plan (order / mode)")
         semiring = operands.pop("semiring", None)
         c = cls(expression, semiring=semiring, options={"order": order, "mode": mode}, **operands)
@@ -885,8 +1053,30 @@ def _xp_of(device: str) -> Any:
 
 
 @functools.lru_cache(maxsize=128)
-def _lowered(expr: IndexExpr, specs: tuple[OperandSpec, ...], order: tuple[str, ...], output: str, sr: Semiring, vdt: str, mode: str, on_gpu: bool) -> ComputeKernels:
-    return lower_compute(expr, specs, order, output=output, semiring=sr, value_dtype=vdt, mode=mode, atomic=on_gpu)
+def _lowered(
+    expr: IndexExpr,
+    specs: tuple[OperandSpec, ...],
+    order: tuple[str, ...],
+    output: str,
+    sr: Semiring,
+    vdt: str,
+    mode: str,
+    on_gpu: bool,
+    mark_dtype: str,
+) -> ComputeKernels:
+    from ust.codegen.compute_lower import lower_compute
+
+    return lower_compute(
+        expr,
+        specs,
+        order,
+        output=output,
+        semiring=sr,
+        value_dtype=vdt,
+        mode=mode,
+        atomic=on_gpu,
+        mark_dtype=mark_dtype,
+    )
 
 
 # ----------------------------------------------------------------------------- routes
@@ -903,7 +1093,9 @@ def _build_c(plan: _Plan) -> Any:
     from ust.runtime.errors import BackendUnavailableError
 
     if not c_compiler_available():
-        raise BackendUnavailableError("ust.compute on the CPU needs a C compiler (cc, gcc or clang; or set UST_CC)")
+        raise BackendUnavailableError(
+            "ust.compute on the CPU needs a C compiler (cc, gcc or clang; or set UST_CC)"
+        )
     return _c_library(plan.ck)
 
 
@@ -915,3 +1107,31 @@ def _build_cuda(plan: _Plan) -> Any:
 
 register(Route("compute", "generated-c", _build_c, doc="a C kernel generated for the expression"))
 register(Route("compute", "generated-cuda", _build_cuda, doc="a CUDA kernel generated for the expression"))
+
+
+# the compiler as a route of existing ops (a candidate beside their library routes; exact zeros
+# dropped after, as those routes do)
+_ALGEBRA_TEXT = {
+    "add": "C(i,j) = A(i,j) + B(i,j)",
+    "subtract": "C(i,j) = A(i,j) - B(i,j)",
+    "multiply": "C(i,j) = A(i,j) * B(i,j)",
+}
+
+
+def _without_zeros(t: Tensor) -> Tensor:
+    t.eliminate_zeros()
+    return t
+
+
+def _compiled_spgemm(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    return _without_zeros(compute("C(i,j) = A(i,k) * B(k,j)", A=a, B=b, out_format=fmt))
+
+
+def _compiled_binary(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    return _without_zeros(compute(_ALGEBRA_TEXT[op], A=a, B=b, out_format=fmt))
+
+
+register(Route("spgemm", "compiled", _compiled_spgemm, doc="the tensor-algebra compiler"))
+for _op in ("add", "multiply"):
+    register(Route(_op, "compiled", _compiled_binary, doc="the tensor-algebra compiler"))
+del _op

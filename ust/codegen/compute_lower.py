@@ -57,7 +57,7 @@ from ust.codegen.ir import (
     block,
 )
 from ust.codegen.notation import IndexExpr
-from ust.codegen.semiring import Semiring
+from ust.codegen.semiring import Semiring, add_ir, mul_ir
 from ust.runtime.errors import UnsupportedError
 
 __all__ = ["ComputeKernels", "LevelSpec", "OperandSpec", "lower_compute"]
@@ -208,6 +208,7 @@ class _Lowerer:
         mode: str,
         pass_: str,
         atomic: bool,
+        mark_dtype: str = "int64",
     ) -> None:
         self.expr = expr
         self.ops = list(operands)
@@ -219,6 +220,7 @@ class _Lowerer:
         self.mode = mode
         self.pass_ = pass_  # "main" (dense / scalar), "count" or "fill"
         self.atomic = atomic
+        self.mark_dtype = mark_dtype
         self.names = 0
         outs = set(expr.out_indices)
         prefix: list[str] = []
@@ -227,7 +229,9 @@ class _Lowerer:
                 break
             prefix.append(v)
         self.prefix = tuple(prefix) if output == "sparse" else ()
-        self.rest = tuple(v for v in self.order if v in outs and v not in self.prefix) if output == "sparse" else ()
+        self.rest = (
+            tuple(v for v in self.order if v in outs and v not in self.prefix) if output == "sparse" else ()
+        )
         self.owned = bool(expr.out_indices) and bool(self.order) and self.order[0] in outs
         self.accesses: list[_Access] = []
         self.term_accesses: list[list[int]] = []
@@ -389,7 +393,9 @@ class _Lowerer:
             pre.append(Let(c.name, crd_at(aid, Var(p))))
             hits[aid] = TRUE
             child(aid, Var(p), _add(Var(p), _ic(1)))
-            self.strategies[v] = "iterate one sorted segment" + (f", {len(locs)} dense level(s) located" if locs else "")
+            self.strategies[v] = "iterate one sorted segment" + (
+                f", {len(locs)} dense level(s) located" if locs else ""
+            )
             kind = "segment"
         else:
             # the two-pointer merge (one iterator with duplicates is a merge of one: runs skipped)
@@ -428,7 +434,13 @@ class _Lowerer:
             n_terms = len({self.accesses[a].term for a in iters})
             self.strategies[v] = (
                 f"two-pointer merge of {len(iters)} sorted segment(s) "
-                + ("(intersection)" if n_terms == 1 and len(iters) > 1 else "(union of terms)" if n_terms > 1 else "(runs of duplicates)")
+                + (
+                    "(intersection)"
+                    if n_terms == 1 and len(iters) > 1
+                    else "(union of terms)"
+                    if n_terms > 1
+                    else "(runs of duplicates)"
+                )
                 + (f", {len(locs)} dense level(s) located" if locs else "")
             )
             merge_cond = _or_all(conds)
@@ -462,7 +474,14 @@ class _Lowerer:
         else:
             par = top and not iters and self.can_parallel()
             loop_stmt = [
-                Loop(c.name, _ic(0), ext(v), block(*pre, *inner, *post), parallel=par, tag="rows" if par else "")
+                Loop(
+                    c.name,
+                    _ic(0),
+                    ext(v),
+                    block(*pre, *inner, *post),
+                    parallel=par,
+                    tag="rows" if par else "",
+                )
             ]
             self.parallel = self.parallel or par
         return [*heads, *loop_stmt]
@@ -508,8 +527,9 @@ class _Lowerer:
         w = Var("w")
         coords: dict[str, Expr] = {}
         rem: Expr = w
-        for r in reversed(self.rest):
-            coords[r] = Bin("%", rem, ext(r))
+        for n, r in enumerate(reversed(self.rest)):
+            last = n == len(self.rest) - 1
+            coords[r] = rem if last else Bin("%", rem, ext(r))  # the outermost needs no modulo
             rem = Bin("//", rem, ext(r))
         lets: list[Stmt] = [Let(f"y_{r}", coords[r]) for r in self.rest]
         value = Load("ws_val", _add(base, w))
@@ -554,7 +574,7 @@ class _Lowerer:
                 factors.append(Load(self.buf(a, "val"), _linear(a.indices)))
         value = factors[0]
         for f in factors[1:]:
-            value = self.sr.mul_ir(value, f)
+            value = mul_ir(self.sr, value, f)
         if len(factors) == 1 and self.sr.name == "plus_pair" and term.factors:
             value = Const(1, "value")
         return value
@@ -579,12 +599,15 @@ class _Lowerer:
                 return [Accumulate("out", idx, value, atomic=True, op=self.sr.atomic)]
             if self.mode == "partials" and not self.owned:
                 idx = _add(Bin("*", Var("ust_tid"), Var("NOUT")), idx)
-            return [Store("out", idx, self.sr.add_ir(Load("out", idx), value))]
+            return [Store("out", idx, add_ir(self.sr, Load("out", idx), value))]
         # sparse output
         if not self.rest:
             if self.pass_ == "count":
                 return [Assign("hit", _ic(1))]
-            return [Assign("acc", self.sr.add_ir(Var("acc"), self.term_value(t, states))), Assign("hit", _ic(1))]
+            return [
+                Assign("acc", add_ir(self.sr, Var("acc"), self.term_value(t, states))),
+                Assign("hit", _ic(1)),
+            ]
         if self.mode == "workspace":
             base = Bin("*", Var("ust_tid"), Var("W"))
             w = _linear(self.rest)
@@ -595,11 +618,14 @@ class _Lowerer:
                 Assign("nw", _add(Var("nw"), _ic(1))),
             ]
             if self.pass_ == "count":
-                return [Let(wi, _add(base, w)), If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(tuple(first)))]
+                return [
+                    Let(wi, _add(base, w)),
+                    If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(tuple(first))),
+                ]
             value = self.term_value(t, states)
             vn = self.fresh("v")
             first.append(Store("ws_val", Var(wi), Var(vn)))
-            again = Block((Store("ws_val", Var(wi), self.sr.add_ir(Load("ws_val", Var(wi)), Var(vn))),))
+            again = Block((Store("ws_val", Var(wi), add_ir(self.sr, Load("ws_val", Var(wi)), Var(vn))),))
             return [
                 Let(wi, _add(base, w)),
                 Let(vn, value, "value"),
@@ -635,14 +661,19 @@ class _Lowerer:
             ps.append(Param("o_val", "vbuf", const=False))
         if self.output == "sparse" and self.rest and self.mode == "workspace":
             ps.append(Param("W", "iscalar"))
-            ps.append(Param("ws_mark", "ibuf", "int64", const=False))
+            ps.append(Param("ws_mark", "ibuf", self.mark_dtype, const=False))
             ps.append(Param("ws_list", "ibuf", "int64", const=False))
             if self.pass_ == "fill":
                 ps.append(Param("ws_val", "vbuf", const=False))
         return tuple(ps)
 
     def kernel(self, name: str) -> Kernel:
-        body = self.nest(self.order, list(range(len(self.expr.terms))), {a.id: _State() for a in self.accesses}, dict.fromkeys(range(len(self.expr.terms)), TRUE))
+        body = self.nest(
+            self.order,
+            list(range(len(self.expr.terms))),
+            {a.id: _State() for a in self.accesses},
+            dict.fromkeys(range(len(self.expr.terms)), TRUE),
+        )
         meta = (("compute", True), ("parallel", self.parallel), ("pass", self.pass_))
         return Kernel(name, self.params(), Block(tuple(body)), None, self.vdt, "int64", "int64", meta)
 
@@ -658,12 +689,14 @@ def lower_compute(
     mode: str = "workspace",
     atomic: bool = False,
     name: str = "ust_compute",
+    mark_dtype: str = "int64",
 ) -> ComputeKernels:
     """Lower ``expr`` for the given operands and loop order.
 
     ``output``: "dense", "scalar" or "sparse".  ``mode``: for sparse outputs "workspace"
     (a dense row workspace, sorted per row) or "expand" (entries as they come, combined by
-    the caller after a sort); for dense outputs "partials" (a thread-private output when
+    the caller after a sort; ``mark_dtype``: the workspace markers' dtype, int32 where the
+    outer coordinates fit, halving the randomly accessed bytes); for dense outputs "partials" (a thread-private output when
     the outer loop does not own its rows) or "workspace" (owned or serial).  ``atomic``:
     the target combines shared outputs atomically (the GPU).
     """
@@ -671,14 +704,11 @@ def lower_compute(
         for lv in o.levels or ():
             if lv.kind not in WALKABLE:
                 raise UnsupportedError(f"level kind {lv.kind!r} is not walked by the compiler; convert first")
-    if output == "sparse":
-        passes = ("count", "fill")
-    else:
-        passes = ("main",)
+    passes: tuple[str, ...] = ("count", "fill") if output == "sparse" else ("main",)
     kernels = []
     low: _Lowerer | None = None
     for p in passes:
-        low = _Lowerer(expr, operands, order, output, semiring, value_dtype, mode, p, atomic)
+        low = _Lowerer(expr, operands, order, output, semiring, value_dtype, mode, p, atomic, mark_dtype)
         kernels.append(low.kernel(f"{name}_{p}"))
     assert low is not None
     return ComputeKernels(

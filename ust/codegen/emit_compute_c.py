@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ust.codegen.emit_c import C_SCALAR, c_abi
+from ust.codegen.emit_c import C_INDEX, C_SCALAR, c_abi
 from ust.codegen.emit_cstyle import CStyleRenderer
 from ust.codegen.ir import Accumulate, Const, Kernel, Loop, Param, Sort, walk
 
@@ -65,7 +65,7 @@ static void ust_sort_index(int64_t *a, int64_t n) {
 
 class _ComputeC(CStyleRenderer):
     value_types = C_SCALAR
-    index_types = {"int32": "int32_t", "int64": "int64_t"}
+    index_types = C_INDEX
     bool_type = "int"
 
     def __init__(self, kernel: Kernel) -> None:
@@ -79,11 +79,11 @@ class _ComputeC(CStyleRenderer):
         if e.kind == "value":
             v = e.value
             if isinstance(v, complex) or (self.complex and not isinstance(v, bool)):
-                c = complex(v)  # type: ignore[arg-type]
+                c = complex(v)
                 return f"({self.vt})({c.real!r} + {c.imag!r} * I)" if c.imag else f"({self.vt}){c.real!r}"
             if self.integer:
-                return f"({self.vt}){int(v)}"  # type: ignore[arg-type]
-            f = float(v)  # type: ignore[arg-type]
+                return f"({self.vt}){int(v)}"
+            f = float(v)
             if math.isinf(f):
                 return "INFINITY" if f > 0 else "(-INFINITY)"
             return f"({self.vt}){f!r}"
@@ -94,7 +94,10 @@ class _ComputeC(CStyleRenderer):
             self.serial_loop(s, depth)
             return
         trip = f"({self.expr(s.hi)}) - ({self.expr(s.lo)})"
-        self.out(depth, f"#pragma omp parallel for schedule(dynamic, {CHUNK}) num_threads(NT) if(NT > 1 && {trip} > 1)")
+        self.out(
+            depth,
+            f"#pragma omp parallel for schedule(dynamic, {CHUNK}) num_threads(NT) if(NT > 1 && {trip} > 1)",
+        )
         self.out(depth, self.for_head(s))
         self.out(0, "#ifdef _OPENMP")
         self.out(depth + 1, "const int64_t ust_tid = omp_get_thread_num();")
@@ -103,7 +106,9 @@ class _ComputeC(CStyleRenderer):
         self.out(depth, "}")
 
     def accumulate(self, s: Accumulate, depth: int) -> None:  # pragma: no cover - the C path uses partials
-        raise NotImplementedError("atomic accumulation is the GPU's; the C kernels use thread-private outputs")
+        raise NotImplementedError(
+            "atomic accumulation is the GPU's; the C kernels use thread-private outputs"
+        )
 
     def params(self) -> str:
         parts: list[str] = []

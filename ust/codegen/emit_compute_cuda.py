@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ust.codegen.emit_cstyle import CStyleRenderer
-from ust.codegen.emit_cuda import BLOCK, PRELUDE
+from ust.codegen.emit_cuda import BLOCK, CUDA_INDEX, PRELUDE
 from ust.codegen.ir import Accumulate, Block, Const, Kernel, Let, Loop, Param, Stmt
 from ust.runtime.errors import UnsupportedError
 
@@ -87,7 +87,7 @@ __device__ __forceinline__ void ust_atomic_max(float *p, float v) {
 
 class _ComputeCuda(CStyleRenderer):
     value_types = COMPUTE_CUDA_VALUE
-    index_types = {"int32": "ust_i32", "int64": "ust_i64"}
+    index_types = CUDA_INDEX
     bool_type = "bool"
 
     def __init__(self, kernel: Kernel) -> None:
@@ -100,13 +100,17 @@ class _ComputeCuda(CStyleRenderer):
             return "true" if e.value else "false"
         if e.kind == "value":
             if self.complex:
-                c = complex(e.value)  # type: ignore[arg-type]
+                c = complex(e.value)
                 return f"{self.vt}{{{c.real!r}, {c.imag!r}}}"
             if self.integer:
                 return f"(({self.vt}){int(e.value)}LL)"  # type: ignore[arg-type]
             f = float(e.value)  # type: ignore[arg-type]
             if math.isinf(f):
-                bits = "__longlong_as_double(0x7ff0000000000000LL)" if self.vt == "double" else "__int_as_float(0x7f800000)"
+                bits = (
+                    "__longlong_as_double(0x7ff0000000000000LL)"
+                    if self.vt == "double"
+                    else "__int_as_float(0x7f800000)"
+                )
                 return bits if f > 0 else f"(-{bits})"
             return f"(({self.vt}){f!r})"
         return super().const(e)

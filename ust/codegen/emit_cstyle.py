@@ -93,7 +93,10 @@ class CStyleRenderer(ExprPrinter):
             self.block(s.body, depth + 1)
             self.out(depth, "}")
         elif isinstance(s, Sort):
-            self.out(depth, f"ust_sort_index({s.buf} + ({self.expr(s.lo)}), ({self.expr(s.hi)}) - ({self.expr(s.lo)}));")
+            self.out(
+                depth,
+                f"ust_sort_index({s.buf} + ({self.expr(s.lo)}), ({self.expr(s.hi)}) - ({self.expr(s.lo)}));",
+            )
         elif isinstance(s, If):
             self.out(depth, f"if ({self.expr(s.cond)}) {{")
             self.block(s.then, depth + 1)

@@ -160,4 +160,6 @@ def choose_order(
                 continue
             if not x.fits or not all(_fits(s, pos) for s in seqs[name]):
                 conversions[name] = tuple(sorted(range(len(f.indices)), key=lambda d: pos[f.indices[d]]))
-    return LoopOrder(order, tuple(sorted(conversions.items())), _describe(order, conversions, user_order is not None))
+    return LoopOrder(
+        order, tuple(sorted(conversions.items())), _describe(order, conversions, user_order is not None)
+    )

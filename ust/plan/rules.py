@@ -340,6 +340,19 @@ _DENSE_RULES: tuple[Rule, ...] = (
     Rule("fft", "cpu", ANY, "scipy.fft", "scipy.fft (pocketfft) with the configured worker threads",
          dtypes=ANY, index_dtypes=ANY),
 )
+_COMPILED_ALGEBRA_RULES: tuple[Rule, ...] = tuple(
+    Rule(op, dev, ANY, "compiled",
+         f"the tensor-algebra compiler: a {'CUDA' if dev == 'cuda' else 'C'} kernel generated for "
+         f"{text} over {{fmt}} and the other operand's format, exact zeros dropped after (SciPy's rule)",
+         dtypes=ANY, index_dtypes=ANY)
+    for op, text in (
+        ("spgemm", "C(i,j) = A(i,k) * B(k,j)"),
+        ("add", "C(i,j) = A(i,j) + B(i,j)"),
+        ("multiply", "C(i,j) = A(i,j) * B(i,j)"),
+    )
+    for dev in ("cpu", "cuda")
+)
+
 _COMPUTE_RULES: tuple[Rule, ...] = (
     Rule("compute", "cuda", ANY, "generated-cuda",
          "a CUDA kernel generated for this expression and these formats: merge-lattice co-iteration, "
@@ -410,6 +423,7 @@ RULES: tuple[Rule, ...] = (
     *_DENSE_RULES,
     *_GETITEM_RULES,
     *_COMPUTE_RULES,
+    *_COMPILED_ALGEBRA_RULES,
 )
 CONDITIONS: Mapping[str, Callable[[Problem], bool]] = MappingProxyType(_CONDITIONS)
 

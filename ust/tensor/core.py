@@ -95,6 +95,7 @@ class Tensor:
         "_shape",
         "_values",
     )
+    _fill_value: Any
 
     def __init__(
         self,
@@ -350,7 +351,9 @@ class Tensor:
         fill = self.fill_value
         if fill == 0:
             return dense
-        ones = Tensor._trusted(self._shape, self._format, self.xp.ones_like(self._values), self._pos, self._crd)
+        ones = Tensor._trusted(
+            self._shape, self._format, self.xp.ones_like(self._values), self._pos, self._crd
+        )
         stored = conversion("todense")(ones) != 0
         return self.xp.where(stored, dense, self.xp.asarray(fill, dtype=dense.dtype))
 

@@ -47,7 +47,10 @@ class CComputeLibrary:
             if kind == "iscalar":
                 cargs.append(ctypes.c_int64(int(args[name])))
             elif kind == "vscal":
-                vs = np.array([kernel_scalar(k.value_dtype, args[p.name]) for p in k.params if p.kind == "vscalar"], dtype=vt)
+                vs = np.array(
+                    [kernel_scalar(k.value_dtype, args[p.name]) for p in k.params if p.kind == "vscalar"],
+                    dtype=vt,
+                )
                 keep.append(vs)
                 cargs.append(ctypes.c_void_p(vs.ctypes.data))
             else:

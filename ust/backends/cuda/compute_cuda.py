@@ -52,7 +52,9 @@ class CudaComputeLibrary:
                 cargs.append(kernel_scalar(k.value_dtype, v) if vt.kind in "fc" else vt.type(v))
             else:
                 if not isinstance(v, cp.ndarray):
-                    raise DeviceError(f"buffer {p.name} is not a CuPy array: every operand of a CUDA kernel must be on the GPU")
+                    raise DeviceError(
+                        f"buffer {p.name} is not a CuPy array: every operand of a CUDA kernel must be on the GPU"
+                    )
                 want = np.dtype(p.dtype) if p.kind == "ibuf" else vt
                 if not p.const:
                     if v.dtype != want or not v.flags.c_contiguous:

@@ -52,7 +52,9 @@ def workspace_bytes(ck: ComputeKernels, extents: Mapping[str, int], nthreads: in
     return nthreads * w * (16 + itemsize)
 
 
-def _combine_sorted(xp: Any, pos: Any, crd: list[Any], vals: Any, outer: int, sr: Semiring) -> tuple[Any, list[Any], Any]:
+def _combine_sorted(
+    xp: Any, pos: Any, crd: list[Any], vals: Any, outer: int, sr: Semiring
+) -> tuple[Any, list[Any], Any]:
     """Sort the entries of every row by their coordinates and combine runs of one coordinate."""
     n = int(vals.shape[0])
     if n == 0:
@@ -140,7 +142,7 @@ def run_compute(
         w = int(np.prod([extents[r] for r in ck.rest], dtype=np.int64))
         ws = {
             "W": w,
-            "ws_mark": xp.full(nthreads * w, -1, dtype=np.int64),
+            "ws_mark": xp.full(nthreads * w, -1, dtype=count_k.param("ws_mark").dtype),
             "ws_list": xp.empty(nthreads * w, dtype=np.int64),
         }
     cnt = xp.zeros(outer, dtype=np.int64)
@@ -155,7 +157,9 @@ def run_compute(
     if ws:
         ws["ws_mark"].fill(-1)
         ws["ws_val"] = xp.empty(int(ws["ws_list"].shape[0]), dtype=vdt)
-    launch(fill_k, {**base, **ws, "o_pos": pos, **{f"o_crd{n + 1}": c for n, c in enumerate(crd)}, "o_val": vals})
+    launch(
+        fill_k, {**base, **ws, "o_pos": pos, **{f"o_crd{n + 1}": c for n, c in enumerate(crd)}, "o_val": vals}
+    )
     if ck.mode == "expand" and ck.rest:
         pos, crd, vals = _combine_sorted(xp, pos, crd, vals, outer, sr)
     return ComputeResult(pos=pos, crd=tuple(crd), values=vals)
