@@ -77,6 +77,8 @@ _LEVEL_KIND = {
     LevelFormat.LOOSE_COMPRESSED: "loose_compressed",
     LevelFormat.SINGLETON: "singleton",
 }
+#: How a kernel handles outputs that rows share (see :func:`ust.codegen.compute_lower.lower_compute`).
+MODES = ("workspace", "expand", "partials")
 #: Most dimensions an operand or the result may have.
 MAX_RANK = 8
 
@@ -263,7 +265,10 @@ def _classify(expr: IndexExpr, given: Mapping[str, Any]) -> dict[str, _Operand]:
         else:
             if k == SCALAR:
                 raise ShapeError(f"{name} is indexed in the expression but a scalar was given")
-            out[name] = _Operand(name, k, as_tensor(x) if k == SPARSE else x)
+            if k == SPARSE:
+                out[name] = _Operand(name, k, as_tensor(x))
+            else:
+                out[name] = _Operand(name, k, np.asarray(x) if isinstance(x, (list, tuple)) else x)
     return out
 
 
@@ -454,7 +459,9 @@ def _result_kind(expr: IndexExpr, ops: Mapping[str, _Operand], out_format: Any) 
         match = [
             f.operand
             for f in t.factors
-            if ops[f.operand].kind == SPARSE and set(f.indices) == set(expr.out_indices)
+            if ops[f.operand].kind == SPARSE
+            and len(f.indices) == len(expr.out_indices)
+            and set(f.indices) == set(expr.out_indices)
         ]
         if not match:
             bounded = False
@@ -554,6 +561,15 @@ class Compute(StatefulOperation):
         unknown = set(opts) - {"order", "mode"}
         if unknown:
             raise InvalidValueError(f"unknown compute options {sorted(unknown)}; supported: order, mode")
+        if opts.get("mode") is not None and opts["mode"] not in MODES:
+            raise InvalidValueError(f"options['mode'] must be one of {', '.join(MODES)}, not {opts['mode']!r}")
+        order_opt = opts.get("order")
+        if order_opt is not None and (
+            not isinstance(order_opt, (str, list, tuple)) or not all(isinstance(v, str) for v in order_opt)
+        ):
+            raise InvalidTypeError(
+                f"options['order'] must be a string such as 'ikj' or a sequence of index names, not {order_opt!r}"
+            )
         self.options = opts
         self.execution = execution
         self.requested_format = out_format

@@ -282,6 +282,17 @@ class _ToAst(Transformer):
         return ast.AccessAST(str(name), (), *_pos(name))
 
     def lhs_access_c(self, name: Token, *indices: Token) -> ast.AccessAST:
+        seen: set[str] = set()
+        for tok in indices:
+            if str(tok) in seen:
+                line, col = _pos(tok)
+                raise _Positioned(
+                    f"line {line}, column {col}: the output {name} repeats the index {tok}; each output "
+                    "index must be distinct",
+                    line,
+                    col,
+                )
+            seen.add(str(tok))
         return ast.AccessAST(str(name), tuple(str(t) for t in indices), *_pos(name))
 
     def access_c(self, name: Token, *indices: Token) -> ast.TermAST:
