@@ -562,7 +562,9 @@ class Compute(StatefulOperation):
         if unknown:
             raise InvalidValueError(f"unknown compute options {sorted(unknown)}; supported: order, mode")
         if opts.get("mode") is not None and opts["mode"] not in MODES:
-            raise InvalidValueError(f"options['mode'] must be one of {', '.join(MODES)}, not {opts['mode']!r}")
+            raise InvalidValueError(
+                f"options['mode'] must be one of {', '.join(MODES)}, not {opts['mode']!r}"
+            )
         order_opt = opts.get("order")
         if order_opt is not None and (
             not isinstance(order_opt, (str, list, tuple)) or not all(isinstance(v, str) for v in order_opt)
@@ -585,6 +587,7 @@ class Compute(StatefulOperation):
         self._result_kind, self._pattern_from = _result_kind(expr, ops, out_format)
         self._out_format = self._resolve_out_format(expr, ops)
         self._plan_obj: _Plan | None = None
+        self._group = 0  # GPU lanes per row fixed by autotune (0: from the row lengths)
 
     # -- planning -------------------------------------------------------------------------------
     def _resolve_out_format(self, expr: IndexExpr, ops: Mapping[str, _Operand]) -> Format | None:
@@ -838,14 +841,16 @@ class Compute(StatefulOperation):
             int(np.size(self._ops_run[s.name].value.values)) if s.levels is not None else 0 for s in p.specs
         )
         nthreads = 1 if on_gpu else threads(max(work, 1), 1 << 13)
-        if p.ck.mode == "workspace" and p.output == "sparse" and p.ck.rest and not on_gpu:
-            nthreads = max(nthreads, 1)
         out_ext = tuple(p.extents[i] for i in p.expr.out_indices)
+        args = self._args(p)
+        if on_gpu:
+            outer = p.extents[p.order[0]] if p.order else 1
+            args["ust_group"] = self._group or lanes_per_row(work / max(outer, 1))
         res = run_compute(
             p.ck,
             p.library.launch,
             xp,
-            self._args(p),
+            args,
             p.extents,
             out_ext,
             self.semiring,
@@ -1058,6 +1063,14 @@ def _result_text(p: _Plan) -> str:
         return "a dense array in the operands' package"
     assert p.out_format is not None
     return f"a sparse Tensor in {p.out_format.map_text()}"
+
+
+def lanes_per_row(mean_entries: float) -> int:
+    """GPU lanes sharing one row of a row reduction, from the mean stored entries per row
+    (cuSPARSE's CSR vector kernels choose the same way)."""
+    if mean_entries < 6:
+        return 1
+    return 8 if mean_entries < 48 else 32
 
 
 def _xp_of(device: str) -> Any:

@@ -31,6 +31,7 @@ so user names never collide with each other or with C keywords.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ from ust.codegen.ir import (
     Var,
     While,
     block,
+    walk,
 )
 from ust.codegen.notation import IndexExpr
 from ust.codegen.semiring import Semiring, add_ir, mul_ir
@@ -229,6 +231,10 @@ class _Lowerer:
                 break
             prefix.append(v)
         self.prefix = tuple(prefix) if output == "sparse" else ()
+        #: a dense output whose every index is bound by the leading loops: each of its slots is
+        #: summed in a register (``acc``) and written once per row (and a GPU group can share the
+        #: row, reducing ``acc`` across its lanes)
+        self.row_acc = output == "dense" and bool(expr.out_indices) and set(prefix) == outs
         self.rest = (
             tuple(v for v in self.order if v in outs and v not in self.prefix) if output == "sparse" else ()
         )
@@ -493,7 +499,16 @@ class _Lowerer:
 
     # -- output -------------------------------------------------------------------------------
     def wrap_output(self, v: str, inner: list[Stmt]) -> list[Stmt]:
-        """Per-row bookkeeping of a sparse output around the body of the loop over ``v``."""
+        """Per-row bookkeeping of a sparse output (or a row-accumulated dense one) around the
+        body of the loop over ``v``."""
+        if self.row_acc and v == self.order[len(self.expr.out_indices) - 1]:
+            idx = _linear(self.expr.out_indices)
+            inner = self.mark_reduce(inner)
+            return [
+                Decl("acc", self.identity(), "value"),
+                *inner,
+                Store("out", idx, add_ir(self.sr, Load("out", idx), Var("acc"))),
+            ]
         if self.output != "sparse":
             return inner
         out = list(inner)
@@ -505,6 +520,20 @@ class _Lowerer:
                 out = [Decl("cnt", _ic(0), "index"), *out, Store("o_cnt", c1, Var("cnt"))]
             else:
                 out = [Decl("wp", Load("o_pos", c1), "index"), *out]
+        return out
+
+    def mark_reduce(self, body: list[Stmt]) -> list[Stmt]:
+        """Tag the one plain loop of a row body as a reduction into ``acc`` (a GPU group may split
+        it across lanes): only where the row has exactly one loop and no merge."""
+        loops = [n for n, s in enumerate(body) if isinstance(s, (Loop, While))]
+        if len(loops) != 1 or not isinstance(body[loops[0]], Loop):
+            return body
+        lp = body[loops[0]]
+        assert isinstance(lp, Loop)
+        if any(isinstance(x, (Loop, While, Store, Accumulate)) for x in walk(lp.body)):
+            return body
+        out = list(body)
+        out[loops[0]] = dataclasses.replace(lp, reduce="acc")
         return out
 
     def row_open(self) -> list[Stmt]:
@@ -587,6 +616,8 @@ class _Lowerer:
 
     def update(self, t: int, states: dict[int, _State]) -> list[Stmt]:
         outs = self.expr.out_indices
+        if self.row_acc:
+            return [Assign("acc", add_ir(self.sr, Var("acc"), self.term_value(t, states)))]
         if self.output in ("dense", "scalar"):
             value = self.term_value(t, states)
             idx = _linear(outs)
@@ -674,7 +705,12 @@ class _Lowerer:
             {a.id: _State() for a in self.accesses},
             dict.fromkeys(range(len(self.expr.terms)), TRUE),
         )
-        meta = (("compute", True), ("parallel", self.parallel), ("pass", self.pass_))
+        meta = (
+            ("compute", True),
+            ("parallel", self.parallel),
+            ("pass", self.pass_),
+            ("reduce_add", add_ir(self.sr, Var("ust_ra"), Var("ust_rb"))),
+        )
         return Kernel(name, self.params(), Block(tuple(body)), None, self.vdt, "int64", "int64", meta)
 
 

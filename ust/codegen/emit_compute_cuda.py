@@ -9,6 +9,12 @@ index outermost, a scalar result) are combined atomically with the semiring's ad
 pattern for real min / max.  Sparse results use the lowering's ``expand`` mode (entries
 written at each row's offset, combined by the host after a sort), so no kernel needs a
 per-thread workspace.  No headers; ``+-inf`` are bit patterns.
+
+Owned dense rows summed in a register (the lowering's ``acc`` with a ``reduce`` loop) may be
+shared by a group of G lanes (G = 1 thread-per-row, 32 warp-per-row): the reduction loop is
+strided across the lanes, the partial sums combined with ``__shfl_down_sync`` and the
+semiring's add, and lane 0 writes.  Groups never straddle a warp, and all lanes of a group
+take the same row, so every lane named in a shuffle's mask reaches it.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import math
 
 from ust.codegen.emit_cstyle import CStyleRenderer
 from ust.codegen.emit_cuda import BLOCK, CUDA_INDEX, PRELUDE
-from ust.codegen.ir import Accumulate, Block, Const, Kernel, Let, Loop, Param, Stmt
+from ust.codegen.ir import Accumulate, Block, Const, Expr, Kernel, Let, Loop, Param, Stmt, Store, walk
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["COMPUTE_CUDA_VALUE", "emit_compute_cuda"]
+__all__ = ["COMPUTE_CUDA_VALUE", "GROUPS", "emit_compute_cuda", "kernel_name", "supports_groups"]
+
+#: Lanes per row the emitter offers for row-reduction kernels.
+GROUPS = (1, 8, 32)
 
 COMPUTE_CUDA_VALUE = {
     "float32": "float",
@@ -48,6 +57,10 @@ __device__ __forceinline__ ust_c128 operator-(ust_c128 a) { return ust_c128{-a.r
 __device__ __forceinline__ ust_c64 operator-(ust_c64 a) { return ust_c64{-a.re, -a.im}; }
 __device__ __forceinline__ ust_c128 operator-(ust_c128 a, ust_c128 b) { return ust_c128{a.re - b.re, a.im - b.im}; }
 __device__ __forceinline__ ust_c64 operator-(ust_c64 a, ust_c64 b) { return ust_c64{a.re - b.re, a.im - b.im}; }
+__device__ __forceinline__ int ust_shfl_down(int v, int off, unsigned mask, int w) { return __shfl_down_sync(mask, v, off, w); }
+__device__ __forceinline__ unsigned int ust_shfl_down(unsigned int v, int off, unsigned mask, int w) { return __shfl_down_sync(mask, v, off, w); }
+__device__ __forceinline__ long long ust_shfl_down(long long v, int off, unsigned mask, int w) { return __shfl_down_sync(mask, v, off, w); }
+__device__ __forceinline__ unsigned long long ust_shfl_down(unsigned long long v, int off, unsigned mask, int w) { return __shfl_down_sync(mask, v, off, w); }
 __device__ __forceinline__ void ust_atomic_add(int *p, int v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(unsigned int *p, unsigned int v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(long long *p, long long v) {
@@ -90,10 +103,12 @@ class _ComputeCuda(CStyleRenderer):
     index_types = CUDA_INDEX
     bool_type = "bool"
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, group: int = 1) -> None:
         super().__init__(kernel)
         self.complex = kernel.value_dtype.startswith("complex")
         self.integer = kernel.value_dtype.startswith(("int", "uint"))
+        self.g = group
+        self.in_group = False
 
     def const(self, e: Const) -> str:
         if e.kind == "bool":
@@ -126,9 +141,19 @@ class _ComputeCuda(CStyleRenderer):
         fn = {"+": "ust_atomic_add", "min": "ust_atomic_min", "max": "ust_atomic_max"}[s.op]
         self.out(depth, f"{fn}(&{s.buf}[{self.expr(s.index)}], {self.expr(s.value)});")
 
+    def store(self, s: Store, depth: int) -> None:
+        text = f"{s.buf}[{self.expr(s.index)}] = {self.expr(s.value)};"
+        self.out(depth, f"if (ust_lane == 0) {text}" if self.in_group else text)
+
     def loop(self, s: Loop, depth: int) -> None:
+        if s.reduce and self.in_group:
+            self.group_reduce(s, depth)
+            return
         if not s.parallel:
             self.serial_loop(s, depth)
+            return
+        if self.g > 1:
+            self.group_rows(s, depth)
             return
         it = self.it
         self.out(depth, "{")
@@ -144,6 +169,46 @@ class _ComputeCuda(CStyleRenderer):
         self.out(d, "}")
         self.out(depth, "}")
 
+    def group_rows(self, s: Loop, depth: int) -> None:
+        """The outer loop with G lanes per iteration (groups aligned to warps)."""
+        it, g = self.it, self.g
+        mask = "0xffffffffu" if g == 32 else f"(((1u << {g}) - 1u) << (threadIdx.x & 31u & ~{g - 1}u))"
+        self.out(depth, "{")
+        d = depth + 1
+        self.out(d, f"const {it} ust_lo = {self.expr(s.lo)};")
+        self.out(d, f"const {it} ust_hi = {self.expr(s.hi)};")
+        self.out(d, f"const int ust_lane = (int)(threadIdx.x % {g}u);")
+        self.out(d, f"const unsigned ust_mask = {mask};")
+        self.out(
+            d,
+            f"for ({it} ust_f = ({it})blockIdx.x * blockDim.x + threadIdx.x; ust_lo + ust_f / {g} < ust_hi; "
+            f"ust_f += ({it})gridDim.x * blockDim.x) {{",
+        )
+        self.out(d + 1, f"const {it} {s.var} = ust_lo + ust_f / {g};")
+        self.in_group = True
+        self.block(s.body, d + 1)
+        self.in_group = False
+        self.out(d, "}")
+        self.out(depth, "}")
+
+    def group_reduce(self, s: Loop, depth: int) -> None:
+        """The row's reduction loop strided across the group, then a shuffle tree."""
+        g, it, acc = self.g, self.it, s.reduce
+        self.out(
+            depth,
+            f"for ({it} {s.var} = {self.expr(s.lo)} + ust_lane; {s.var} < {self.expr(s.hi)}; {s.var} += {g}) {{",
+        )
+        self.in_group = False  # nothing inside a reduction loop stores
+        self.block(s.body, depth + 1)
+        self.in_group = True
+        self.out(depth, "}")
+        combine: Expr = self.k.info["reduce_add"]  # type: ignore[assignment]
+        self.out(depth, f"for (int ust_o = {g // 2}; ust_o > 0; ust_o >>= 1) {{")
+        self.out(depth + 1, f"const {self.vt} ust_ra = {acc};")
+        self.out(depth + 1, f"const {self.vt} ust_rb = ust_shfl_down({acc}, ust_o, ust_mask, {g});")
+        self.out(depth + 1, f"{acc} = {self.expr(combine)};")
+        self.out(depth, "}")
+
     def signature(self, params: tuple[Param, ...]) -> str:
         parts = []
         for p in params:
@@ -155,14 +220,14 @@ class _ComputeCuda(CStyleRenderer):
                 t = self.index_types[p.dtype] if p.kind == "ibuf" else self.vt
                 parts.append(f"{'const ' if p.const else ''}{t} *__restrict__ {p.name}")
         args = ",\n    ".join(parts)
-        return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {self.k.name}(\n    {args})'
+        return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kernel_name(self.k, self.g)}(\n    {args})'
 
     def kernel(self) -> str:
         k = self.k
         self.out(0, self.signature(k.params))
         self.out(0, "{")
         self.out(1, "const ust_i64 ust_tid = 0; (void)ust_tid;")
-        self.out(1, "const bool ust_first = blockIdx.x == 0 && threadIdx.x == 0;")
+        self.out(1, "const bool ust_first = blockIdx.x == 0 && threadIdx.x == 0; (void)ust_first;")
         # lets are computed by every thread; other top-level statements that are not the shared-out
         # outer loop run on the first thread
         serial: list[Stmt] = []
@@ -185,8 +250,21 @@ class _ComputeCuda(CStyleRenderer):
         serial.clear()
 
 
+def supports_groups(k: Kernel) -> bool:
+    """Whether ``k`` has a row reduction loop that a group of lanes may share."""
+    return any(isinstance(n, Loop) and n.reduce for n in walk(k.body)) and bool(k.info.get("parallel"))
+
+
+def kernel_name(k: Kernel, group: int) -> str:
+    """The ``extern "C"`` name of ``k`` emitted for ``group`` lanes per row."""
+    return k.name if group == 1 else f"{k.name}_g{group}"
+
+
 def emit_compute_cuda(kernels: list[Kernel]) -> str:
-    """CUDA source defining one ``extern "C"`` kernel per IR kernel (named ``kernel.name``)."""
+    """CUDA source defining one ``extern "C"`` kernel per IR kernel (named by :func:`kernel_name`),
+    and for row-reduction kernels one per group size of :data:`GROUPS`."""
     parts = [PRELUDE.replace("ust.codegen.emit_cuda", "ust.codegen.emit_compute_cuda"), EXTRA]
-    parts += [_ComputeCuda(k).kernel() for k in kernels]
+    for k in kernels:
+        for g in GROUPS if supports_groups(k) else (1,):
+            parts.append(_ComputeCuda(k, g).kernel())
     return "\n".join(parts)

@@ -12,7 +12,7 @@ import numpy as np
 from ust.backends.cuda.kernels import _arch, _cupy, _load_module
 from ust.backends.generated.launch import kernel_scalar
 from ust.codegen.compute_lower import ComputeKernels
-from ust.codegen.emit_compute_cuda import emit_compute_cuda
+from ust.codegen.emit_compute_cuda import GROUPS, emit_compute_cuda, kernel_name, supports_groups
 from ust.codegen.emit_cuda import BLOCK
 from ust.codegen.ir import Kernel
 from ust.runtime.errors import DeviceError
@@ -36,11 +36,17 @@ class CudaComputeLibrary:
         self.source = emit_compute_cuda(list(ck.kernels))
         with cp.cuda.Device(device_id):
             self.module, self.how = _load_module(self.source, _arch(device_id), ck.kernels[0].name)
-            self.fns = {k.name: self.module.get_function(k.name) for k in ck.kernels}
+            self.fns = {
+                kernel_name(k, g): self.module.get_function(kernel_name(k, g))
+                for k in ck.kernels
+                for g in (GROUPS if supports_groups(k) else (1,))
+            }
         self.seconds = time.perf_counter() - t0
         _log.info("compute CUDA kernels: %s in %.1f ms", self.how, 1e3 * self.seconds)
 
     def launch(self, k: Kernel, args: Mapping[str, Any]) -> None:
+        """Launch ``k``; ``args["ust_group"]`` (lanes per row: 1, 8 or 32) picks the variant of a
+        row-reduction kernel."""
         cp = _cupy()
         vt = np.dtype(k.value_dtype)
         cargs: list[Any] = []
@@ -62,10 +68,13 @@ class CudaComputeLibrary:
                 else:
                     v = cp.ascontiguousarray(v, dtype=want)
                 cargs.append(v)
+        group = int(args.get("ust_group", 1)) if supports_groups(k) else 1
+        if group not in GROUPS:
+            group = 1
         outer = int(args.get(f"E_{self.ck.order[0]}", 1)) if self.ck.order else 1
-        blocks = max(1, min((outer + BLOCK - 1) // BLOCK, MAX_BLOCKS)) if self.ck.parallel else 1
+        blocks = max(1, min((outer * group + BLOCK - 1) // BLOCK, MAX_BLOCKS)) if self.ck.parallel else 1
         with cp.cuda.Device(self.device_id):
-            self.fns[k.name]((blocks,), (BLOCK,), tuple(cargs))
+            self.fns[kernel_name(k, group)]((blocks,), (BLOCK,), tuple(cargs))
 
 
 @functools.lru_cache(maxsize=128)
