@@ -949,6 +949,24 @@ class Compute(StatefulOperation):
         self._plan_obj = None
 
     # -- explain and saved plans ------------------------------------------------------------------
+    def source(self, target: str = "c") -> str:
+        """The generated source for these operands: ``"c"``, ``"cuda"`` (what the GPU route
+        compiles, also on a machine without a GPU) or ``"ir"`` (the loop IR)."""
+        from ust.codegen.emit_compute_c import emit_compute_c
+        from ust.codegen.emit_compute_cuda import emit_compute_cuda
+        from ust.codegen.ir import to_text
+
+        if target not in ("c", "cuda", "ir"):
+            raise InvalidValueError(f"target must be 'c', 'cuda' or 'ir', not {target!r}")
+        p = self._plan_obj if self._plan_obj is not None else self._build()
+        on_gpu = target == "cuda" or (target == "ir" and p.device.startswith("cuda"))
+        ck = p.ck
+        if on_gpu != p.device.startswith("cuda"):
+            ck = self._lower(p.expr, p.specs, p.order, p.output, str(p.value_dtype), None, on_gpu, p.extents)
+        if target == "ir":
+            return "".join(to_text(k) for k in ck.kernels)
+        return emit_compute_cuda(list(ck.kernels)) if on_gpu else emit_compute_c(list(ck.kernels))
+
     def explain(self) -> str:
         if self._plan_obj is None:
             p = self._build()
