@@ -588,6 +588,7 @@ class Compute(StatefulOperation):
         self._out_format = self._resolve_out_format(expr, ops)
         self._plan_obj: _Plan | None = None
         self._group = 0  # GPU lanes per row fixed by autotune (0: from the row lengths)
+        self._args_cache: tuple[_Plan, dict[str, Any]] | None = None
 
     # -- planning -------------------------------------------------------------------------------
     def _resolve_out_format(self, expr: IndexExpr, ops: Mapping[str, _Operand]) -> Format | None:
@@ -810,6 +811,15 @@ class Compute(StatefulOperation):
 
     # -- running --------------------------------------------------------------------------------
     def _args(self, p: _Plan) -> dict[str, Any]:
+        """The operands' buffers by kernel parameter name (made once per plan and operands)."""
+        cached = self._args_cache
+        if cached is not None and cached[0] is p:
+            return dict(cached[1])
+        args = self._make_args(p)
+        self._args_cache = (p, args)
+        return dict(args)
+
+    def _make_args(self, p: _Plan) -> dict[str, Any]:
         ops = self._ops_run
         args: dict[str, Any] = {}
         vdt = p.value_dtype

@@ -94,9 +94,12 @@ class OperandSpec:
         return self.levels is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ComputeKernels:
-    """The lowered kernels and the facts the runner needs to call them and assemble the result."""
+    """The lowered kernels and the facts the runner needs to call them and assemble the result.
+
+    Compared and hashed by identity (the lowering is memoised, so one request gives one object):
+    hashing the IR trees on every call would cost more than running a small kernel."""
 
     kernels: tuple[Kernel, ...]
     output: str  # "dense" | "scalar" | "sparse"
