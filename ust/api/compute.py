@@ -424,6 +424,10 @@ def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
         out.append(LevelSpec(lv.expr.dim, _LEVEL_KIND[lv.format], bool(lv.type.unique)))
     if out and not out[-1].unique:
         return None
+    if out and not out[0].unique:
+        # a first level with duplicates (COO) is walked run by run, one thread at a time: a
+        # format with a unique first level lets the outer loop run in parallel
+        return None
     for a, b in itertools.pairwise(out):
         if not a.unique and b.kind != "singleton":
             return None
@@ -432,6 +436,16 @@ def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
     if not t.has_canonical_format:
         return None
     return tuple(out)
+
+
+def _convert_keeping_slots(t: Tensor, target: Format) -> Tensor:
+    """``t`` in ``target`` with every stored in-bounds slot kept as an entry (explicit zeros,
+    DIA's in-matrix diagonal slots, BSR's block fill; a semiring sees them all), duplicates
+    summed."""
+    from ust.convert.pack import pack
+    from ust.convert.unpack import unpack
+
+    return pack(unpack(t, keep_zeros=True), target, source_index_dtype=t.index_dtype)
 
 
 def fitting_format(rank: int, dim_order: Sequence[int], shape: Sequence[int], nse: int) -> Format:
@@ -664,7 +678,8 @@ class Compute(StatefulOperation):
             t: Tensor = ops[name].value
             target = fitting_format(t.ndim, dims, t.shape, t.nse)
             why = (
-                "its format cannot be walked level by level"
+                "its format cannot be walked level by level, or its first level stores duplicates "
+                "(the outer loop would run on one thread)"
                 if walk.get(name) is None
                 else "its level order does not fit the loop order"
             )
@@ -674,7 +689,7 @@ class Compute(StatefulOperation):
             if not t.has_canonical_format and walk.get(name) is None:
                 t = t.copy()
                 t.sum_duplicates()
-            ops[name] = _Operand(name, SPARSE, t.convert(target))
+            ops[name] = _Operand(name, SPARSE, _convert_keeping_slots(t, target))
             walk[name] = walk_levels(ops[name].value)
             if walk[name] is None:  # pragma: no cover - a fitting format is always walkable
                 raise UnsupportedError(f"cannot walk {name} even after converting it to {target.map_text()}")
@@ -914,8 +929,8 @@ class Compute(StatefulOperation):
             t = t.convert(target)
         elif target is not None:  # the same storage: keep the target's name
             t = Tensor.from_buffers(t.shape, target, t.values, pos=t.bufs.pos, crd=t.bufs.crd, check=False)
-        ident = self.semiring.identity
-        if ident != 0:
+        t = self._placement.back(t, _log, "the result")
+        if self.semiring.identity != 0:
             t = t._with_fill_value(self.semiring.identity_for(p.value_dtype).item())
         return t
 

@@ -336,9 +336,11 @@ class _Lowerer:
                 at = _mul(st.q, _ic(stride))
                 pos = self.buf(a, f"pos{k}")
                 lo, hi = Load(pos, at), Load(pos, _add(at, _ic(1)))
-                guard = alive[a.term]
-                if not (isinstance(guard, Const) and guard.value is True):
-                    lo, hi = Select(guard, lo, _ic(0)), Select(guard, hi, _ic(0))
+            # a term that did not fire above walks an empty segment (its parent position may be
+            # the end of its level: nothing below it may be read)
+            guard = alive[a.term]
+            if not (isinstance(guard, Const) and guard.value is True):
+                lo, hi = Select(guard, lo, _ic(0)), Select(guard, hi, _ic(0))
             lo_n, hi_n = self.fresh(f"lo{aid}"), self.fresh(f"hi{aid}")
             heads += [Let(lo_n, lo), Let(hi_n, hi)]
             bounds[aid] = (Var(lo_n), Var(hi_n))

@@ -5,8 +5,10 @@ MLIR's sparsifier sorts the loops topologically under each operand's level const
 the operand that breaks it is converted once to a format that fits (the ``conversions`` of
 the result, which ``ust.explain`` reports).  Among the orders that fit, the choice prefers:
 fewer converted entries; an output index outermost (the outer parallel loop then owns its
-output, and a sparse output is assembled row by row); a longer run of output indices in front
-(less workspace); dense operands walked along their contiguous last dimension.
+output, and a sparse output is assembled row by row); counted loops (indices no sparse level
+stores) inside the sparse ones, so that sparse levels are walked once (MTTKRP's rank index
+innermost); for a sparse result, a longer run of output indices in front (less workspace);
+dense operands walked along their contiguous last dimension.
 """
 
 from __future__ import annotations
@@ -94,7 +96,12 @@ def _score(
                 dense_inversions += sum(1 for a, b in itertools.combinations(f.indices, 2) if pos[a] > pos[b])
     out_inversions = sum(1 for a, b in itertools.combinations(expr.out_indices, 2) if pos[a] > pos[b])
     owned = 0 if (not expr.out_indices or order[0] in outs) else 1
-    return (cost, owned, -prefix, dense_inversions, out_inversions)
+    # a counted loop (an index no sparse level stores) outside a sparse loop walks the sparse
+    # levels once per coordinate: MTTKRP's rank index belongs innermost
+    stored = {v for lst in seqs.values() for seq in lst for v in seq}
+    rewalks = sum(1 for a, b in itertools.combinations(order, 2) if a not in stored and b in stored)
+    prefer_prefix = -prefix if sparse_out else 0
+    return (cost, owned, rewalks, prefer_prefix, dense_inversions, out_inversions)
 
 
 def _describe(order: tuple[str, ...], conversions: dict[str, tuple[int, ...]], user: bool) -> str:
