@@ -653,10 +653,11 @@ class _Lowerer:
                 Store("ws_list", _add(base, Var("nw")), w),
                 Assign("nw", _add(Var("nw"), _ic(1))),
             ]
-            if self.pass_ == "count":
+            if self.pass_ == "count":  # the pattern only: a marker and a counter, no list
+                mark = (Store("ws_mark", Var(wi), Var("stamp")), Assign("nw", _add(Var("nw"), _ic(1))))
                 return [
                     Let(wi, _add(base, w)),
-                    If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(tuple(first))),
+                    If(Bin("!=", Load("ws_mark", Var(wi)), Var("stamp")), Block(mark)),
                 ]
             value = self.term_value(t, states)
             vn = self.fresh("v")

@@ -41,6 +41,9 @@ class CudaComputeLibrary:
                 for k in ck.kernels
                 for g in (GROUPS if supports_groups(k) else (1,))
             }
+        self._specs: dict[str, Any] = {}
+        self._grouped = {k.name for k in ck.kernels if supports_groups(k)}
+        self._outer = f"E_{ck.order[0]}" if ck.order else ""
         self.seconds = time.perf_counter() - t0
         _log.info("compute CUDA kernels: %s in %.1f ms", self.how, 1e3 * self.seconds)
 
@@ -48,33 +51,41 @@ class CudaComputeLibrary:
         """Launch ``k``; ``args["ust_group"]`` (lanes per row: 1, 8 or 32) picks the variant of a
         row-reduction kernel."""
         cp = _cupy()
+        specs = self._specs.get(k.name)
+        if specs is None:
+            specs = self._specs[k.name] = [
+                (p.name, p.kind, np.dtype(p.dtype) if p.kind == "ibuf" else np.dtype(k.value_dtype), p.const)
+                for p in k.params
+            ]
         vt = np.dtype(k.value_dtype)
         cargs: list[Any] = []
-        for p in k.params:
-            v = args[p.name]
-            if p.kind == "iscalar":
-                cargs.append(np.int64(int(v)))
-            elif p.kind == "vscalar":
+        for name, kind, want, const in specs:
+            v = args[name]
+            if kind == "iscalar":
+                cargs.append(np.int64(v))
+            elif kind == "vscalar":
                 cargs.append(kernel_scalar(k.value_dtype, v) if vt.kind in "fc" else vt.type(v))
             else:
                 if not isinstance(v, cp.ndarray):
                     raise DeviceError(
-                        f"buffer {p.name} is not a CuPy array: every operand of a CUDA kernel must be on the GPU"
+                        f"buffer {name} is not a CuPy array: every operand of a CUDA kernel must be on the GPU"
                     )
-                want = np.dtype(p.dtype) if p.kind == "ibuf" else vt
-                if not p.const:
-                    if v.dtype != want or not v.flags.c_contiguous:
-                        raise DeviceError(f"output buffer {p.name} must be a C-contiguous {want} CuPy array")
-                else:
+                if v.dtype != want or not v.flags.c_contiguous:
+                    if not const:
+                        raise DeviceError(f"output buffer {name} must be a C-contiguous {want} CuPy array")
                     v = cp.ascontiguousarray(v, dtype=want)
                 cargs.append(v)
-        group = int(args.get("ust_group", 1)) if supports_groups(k) else 1
+        group = int(args.get("ust_group", 1)) if k.name in self._grouped else 1
         if group not in GROUPS:
             group = 1
-        outer = int(args.get(f"E_{self.ck.order[0]}", 1)) if self.ck.order else 1
+        outer = int(args.get(self._outer, 1)) if self._outer else 1
         blocks = max(1, min((outer * group + BLOCK - 1) // BLOCK, MAX_BLOCKS)) if self.ck.parallel else 1
-        with cp.cuda.Device(self.device_id):
-            self.fns[kernel_name(k, group)]((blocks,), (BLOCK,), tuple(cargs))
+        fn = self.fns[kernel_name(k, group)]
+        if cp.cuda.runtime.getDevice() == self.device_id:
+            fn((blocks,), (BLOCK,), tuple(cargs))
+        else:
+            with cp.cuda.Device(self.device_id):
+                fn((blocks,), (BLOCK,), tuple(cargs))
 
 
 @functools.lru_cache(maxsize=128)
