@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ust.algebra.operands import DENSE, SCALAR, SPARSE, as_tensor, kind, place
+from ust.algebra.operands import DENSE, SCALAR, SPARSE, as_tensor, kind
 from ust.formats.library import resolve
 from ust.formats.model import Dim, Format, LevelFormat
 from ust.grammar.semiring import BUILTIN, Semiring, resolve_semiring
@@ -45,6 +45,7 @@ from ust.plan.routes import Route, register, route_of
 from ust.plan.rules import Problem
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
+from ust.runtime.placement import Placement
 from ust.runtime.stateful import PlanFileError, StatefulOperation, ust_version
 from ust.tensor import Tensor
 
@@ -299,8 +300,16 @@ def _extents(expr: IndexExpr, ops: Mapping[str, _Operand]) -> dict[str, int]:
     return {i: e for i, (e, _) in ext.items()}
 
 
+def _np_dtype(x: Any) -> np.dtype:
+    """The NumPy dtype of an array of any package (a torch dtype by its name)."""
+    dt = x.dtype
+    if type(x).__module__.partition(".")[0] == "torch":
+        return np.dtype(str(dt).rpartition(".")[2])
+    return np.dtype(dt)
+
+
 def _value_dtype(expr: IndexExpr, ops: Mapping[str, _Operand], sr: Semiring) -> np.dtype:
-    arrays = [np.dtype(o.value.dtype) for o in ops.values() if o.kind != SCALAR]
+    arrays = [_np_dtype(o.value) for o in ops.values() if o.kind != SCALAR]
     scalars = [o.value for o in ops.values() if o.kind == SCALAR]
     lits = [t.literal for t in expr.terms if t.literal not in (1, -1)]
     try:
@@ -595,7 +604,12 @@ class Compute(StatefulOperation):
         ops = _classify(expr, operands)
         self._extents = _extents(expr, ops)
         self._dtype = _value_dtype(expr, ops, self.semiring)
-        self._placement = place({n: o.value for n, o in ops.items() if o.kind != SCALAR}, execution)
+        # dense results come back in the package of the first dense operand (torch stays torch)
+        home = next((n for n, o in ops.items() if o.kind == DENSE), None)
+        self._placement = Placement(
+            {n: o.value for n, o in ops.items() if o.kind != SCALAR}, execution, home=home
+        )
+        self._placement.require_device()
         self._expr0 = expr
         self._ops = ops
         self._result_kind, self._pattern_from = _result_kind(expr, ops, out_format)
@@ -935,7 +949,7 @@ class Compute(StatefulOperation):
         return t
 
     def _given_bool(self) -> bool:
-        return any(o.kind != SCALAR and np.dtype(o.value.dtype) == np.bool_ for o in self._ops.values())
+        return any(o.kind != SCALAR and _np_dtype(o.value) == np.bool_ for o in self._ops.values())
 
     def _index_dtype(self, shape: tuple[int, ...], nnz: int) -> np.dtype:
         dts = [np.dtype(o.value.index_dtype) for o in self._ops.values() if o.kind == SPARSE]
@@ -957,7 +971,7 @@ class Compute(StatefulOperation):
             if old.kind != cur.kind:
                 raise ShapeError(f"reset_operands: {n} was a {old.kind} operand, now a {cur.kind} one")
             if cur.kind != SCALAR:
-                if _shape(old) != _shape(cur) or np.dtype(old.value.dtype) != np.dtype(cur.value.dtype):
+                if _shape(old) != _shape(cur) or _np_dtype(old.value) != _np_dtype(cur.value):
                     raise ShapeError(
                         f"reset_operands: {n} must keep shape {_shape(old)} and dtype {old.value.dtype}"
                     )
