@@ -750,6 +750,7 @@ class Compute(StatefulOperation):
         mode: str | None,
         on_gpu: bool,
         extents: Mapping[str, int],
+        one_pass: bool = True,
     ) -> ComputeKernels:
         from ust.runtime.cpu_threads import usable_cores
 
@@ -784,7 +785,8 @@ class Compute(StatefulOperation):
                 break
             outer *= extents[v]
         mark = "int32" if outer < 2**31 - 1 else "int64"
-        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu, mark)
+        blocks = one_pass and not on_gpu and output == "sparse" and mode == "workspace"
+        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu, mark, blocks)
 
     def _plan(self) -> None:
         t0 = time.perf_counter()
@@ -1149,6 +1151,7 @@ def _lowered(
     mode: str,
     on_gpu: bool,
     mark_dtype: str,
+    blocks: bool = False,
 ) -> ComputeKernels:
     from ust.codegen.compute_lower import lower_compute
 
@@ -1162,6 +1165,7 @@ def _lowered(
         mode=mode,
         atomic=on_gpu,
         mark_dtype=mark_dtype,
+        blocks=blocks,
     )
 
 

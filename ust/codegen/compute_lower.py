@@ -67,6 +67,8 @@ __all__ = ["ComputeKernels", "LevelSpec", "OperandSpec", "lower_compute"]
 #: Level kinds the lowering walks directly (others are converted by the caller first).
 ITERATED = ("compressed", "loose_compressed", "singleton")
 WALKABLE = ("dense", *ITERATED)
+#: ``cnt = cnt + 1``: a bound pass's whole work per product.
+_COUNT_ONE = Assign("cnt", Bin("+", Var("cnt"), Const(1, "index")))
 #: A coordinate larger than any stored one (the exhausted side of a merge).
 BIG = Const((1 << 62), "index")
 
@@ -112,6 +114,8 @@ class ComputeKernels:
     #: the outer loop runs over an output index: no two iterations write the same output
     owned: bool = True
     mode: str = "workspace"
+    #: "two-pass" (count, then fill at exact offsets) or "blocks" (bound, fill blocks, close gaps)
+    assembly: str = "two-pass"
     #: per-variable co-iteration strategy, for explain
     strategies: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = field(default=())
@@ -214,6 +218,7 @@ class _Lowerer:
         pass_: str,
         atomic: bool,
         mark_dtype: str = "int64",
+        blocks: bool = False,
     ) -> None:
         self.expr = expr
         self.ops = list(operands)
@@ -226,6 +231,9 @@ class _Lowerer:
         self.pass_ = pass_  # "main" (dense / scalar), "count" or "fill"
         self.atomic = atomic
         self.mark_dtype = mark_dtype
+        #: the fill pass writes whole blocks of rows back to back (the CPU's one-pass assembly)
+        self.blocks = pass_ == "fill" and blocks
+        self.used_blocks = False
         self.names = 0
         outs = set(expr.out_indices)
         prefix: list[str] = []
@@ -479,9 +487,24 @@ class _Lowerer:
         elif kind == "segment":
             aid = iters[0]
             lo, hi = bounds[aid]
+            if self.pass_ == "bound" and inner == [_COUNT_ONE]:
+                # the bound pass counts the products of an innermost segment without walking it
+                return [*heads, Assign("cnt", _add(Var("cnt"), Bin("-", hi, lo)))]
             par = top and self.can_parallel()
             loop_stmt = [Loop(seg_p, lo, hi, block(*pre, *inner), parallel=par, tag="rows" if par else "")]
             self.parallel = self.parallel or par
+        elif top and self.blocks and not iters:
+            # rows in blocks: one parallel iteration per block, its rows written back to back
+            rows = Loop(
+                c.name,
+                Load("o_blk", Var("b")),
+                Load("o_blk", _add(Var("b"), _ic(1))),
+                block(*pre, *inner, *post),
+            )
+            body = block(Decl("wp", Load("o_bstart", Var("b")), "index"), rows)
+            loop_stmt = [Loop("b", _ic(0), Var("NB"), body, parallel=True, tag="blocks")]
+            self.parallel = True
+            self.used_blocks = True
         else:
             par = top and not iters and self.can_parallel()
             loop_stmt = [
@@ -521,8 +544,10 @@ class _Lowerer:
             out = self.row_open() + out + self.row_close()
         if v == self.order[0]:
             c1 = coord(v)
-            if self.pass_ == "count":
+            if self.pass_ in ("count", "bound"):
                 out = [Decl("cnt", _ic(0), "index"), *out, Store("o_cnt", c1, Var("cnt"))]
+            elif self.blocks:  # the block's write position carries over; the row's count is kept
+                out = [Let("row0", Var("wp")), *out, Store("o_cnt", c1, Bin("-", Var("wp"), Var("row0")))]
             else:
                 out = [Decl("wp", Load("o_pos", c1), "index"), *out]
         return out
@@ -542,6 +567,8 @@ class _Lowerer:
         return out
 
     def row_open(self) -> list[Stmt]:
+        if self.pass_ == "bound":
+            return []
         if not self.rest:
             return [Decl("acc", self.identity(), "value"), Decl("hit", _ic(0), "index")]
         if self.mode == "workspace":
@@ -549,6 +576,8 @@ class _Lowerer:
         return []
 
     def row_close(self) -> list[Stmt]:
+        if self.pass_ == "bound":
+            return []
         if not self.rest:
             if self.pass_ == "count":
                 return [If(Bin("!=", Var("hit"), _ic(0)), Block((Assign("cnt", _add(Var("cnt"), _ic(1))),)))]
@@ -637,6 +666,8 @@ class _Lowerer:
                 idx = _add(Bin("*", Var("ust_tid"), Var("NOUT")), idx)
             return [Store("out", idx, add_ir(self.sr, Load("out", idx), value))]
         # sparse output
+        if self.pass_ == "bound":
+            return [_COUNT_ONE]
         if not self.rest:
             if self.pass_ == "count":
                 return [Assign("hit", _ic(1))]
@@ -689,14 +720,22 @@ class _Lowerer:
             if self.mode == "partials":
                 ps.append(Param("NOUT", "iscalar"))
             ps.append(Param("out", "vbuf", const=False))
-        elif self.pass_ == "count":
+        elif self.pass_ in ("count", "bound"):
             ps.append(Param("o_cnt", "ibuf", "int64", const=False))
         else:
-            ps.append(Param("o_pos", "ibuf", "int64"))
+            if self.blocks:
+                ps += [
+                    Param("NB", "iscalar"),
+                    Param("o_blk", "ibuf", "int64"),
+                    Param("o_bstart", "ibuf", "int64"),
+                    Param("o_cnt", "ibuf", "int64", const=False),
+                ]
+            else:
+                ps.append(Param("o_pos", "ibuf", "int64"))
             for n in range(1, len(self.prefix) + len(self.rest)):
                 ps.append(Param(f"o_crd{n}", "ibuf", "int64", const=False))
             ps.append(Param("o_val", "vbuf", const=False))
-        if self.output == "sparse" and self.rest and self.mode == "workspace":
+        if self.output == "sparse" and self.rest and self.mode == "workspace" and self.pass_ != "bound":
             ps.append(Param("W", "iscalar"))
             ps.append(Param("ws_mark", "ibuf", self.mark_dtype, const=False))
             ps.append(Param("ws_list", "ibuf", "int64", const=False))
@@ -732,13 +771,17 @@ def lower_compute(
     atomic: bool = False,
     name: str = "ust_compute",
     mark_dtype: str = "int64",
+    blocks: bool = False,
 ) -> ComputeKernels:
     """Lower ``expr`` for the given operands and loop order.
 
     ``output``: "dense", "scalar" or "sparse".  ``mode``: for sparse outputs "workspace"
     (a dense row workspace, sorted per row) or "expand" (entries as they come, combined by
     the caller after a sort; ``mark_dtype``: the workspace markers' dtype, int32 where the
-    outer coordinates fit, halving the randomly accessed bytes); for dense outputs "partials" (a thread-private output when
+    outer coordinates fit, halving the randomly accessed bytes; ``blocks``: assemble a sparse
+    workspace result in one numeric pass -- a bound pass counts products (an innermost segment
+    by its length), every thread fills whole blocks of rows back to back, the host closes the
+    gaps between blocks -- where the outer loop is a counted one); for dense outputs "partials" (a thread-private output when
     the outer loop does not own its rows) or "workspace" (owned or serial).  ``atomic``:
     the target combines shared outputs atomically (the GPU).
     """
@@ -746,12 +789,58 @@ def lower_compute(
         for lv in o.levels or ():
             if lv.kind not in WALKABLE:
                 raise UnsupportedError(f"level kind {lv.kind!r} is not walked by the compiler; convert first")
+    assembly = "blocks" if (output == "sparse" and blocks and mode == "workspace") else "two-pass"
+    if assembly == "blocks":
+        ck = _lower_passes(
+            expr,
+            operands,
+            order,
+            output,
+            semiring,
+            value_dtype,
+            mode,
+            atomic,
+            name,
+            mark_dtype,
+            ("bound", "fill"),
+            True,
+        )
+        if ck is not None:
+            return ck
+        assembly = "two-pass"
     passes: tuple[str, ...] = ("count", "fill") if output == "sparse" else ("main",)
+    ck = _lower_passes(
+        expr, operands, order, output, semiring, value_dtype, mode, atomic, name, mark_dtype, passes, False
+    )
+    assert ck is not None
+    return ck
+
+
+def _lower_passes(
+    expr: IndexExpr,
+    operands: Sequence[OperandSpec],
+    order: Sequence[str],
+    output: str,
+    semiring: Semiring,
+    value_dtype: str,
+    mode: str,
+    atomic: bool,
+    name: str,
+    mark_dtype: str,
+    passes: tuple[str, ...],
+    blocks: bool,
+) -> ComputeKernels | None:
+    """The kernels of ``passes`` (None when ``blocks`` was asked but the outer loop cannot be
+    cut into blocks of rows: it is not a counted loop)."""
     kernels = []
     low: _Lowerer | None = None
     for p in passes:
-        low = _Lowerer(expr, operands, order, output, semiring, value_dtype, mode, p, atomic, mark_dtype)
+        low = _Lowerer(
+            expr, operands, order, output, semiring, value_dtype, mode, p, atomic, mark_dtype, blocks
+        )
         kernels.append(low.kernel(f"{name}_{p}"))
+        if low.blocks and not low.used_blocks:
+            return None
     assert low is not None
     return ComputeKernels(
         tuple(kernels),
@@ -762,5 +851,6 @@ def lower_compute(
         low.parallel,
         low.owned,
         mode,
+        "blocks" if blocks else "two-pass",
         tuple(low.strategies.items()),
     )

@@ -94,9 +94,10 @@ class _ComputeC(CStyleRenderer):
             self.serial_loop(s, depth)
             return
         trip = f"({self.expr(s.hi)}) - ({self.expr(s.lo)})"
+        chunk = 1 if s.tag == "blocks" else CHUNK  # a few blocks of rows per thread: one at a time
         self.out(
             depth,
-            f"#pragma omp parallel for schedule(dynamic, {CHUNK}) num_threads(NT) if(NT > 1 && {trip} > 1)",
+            f"#pragma omp parallel for schedule(dynamic, {chunk}) num_threads(NT) if(NT > 1 && {trip} > 1)",
         )
         self.out(depth, self.for_head(s))
         self.out(0, "#ifdef _OPENMP")

@@ -27,12 +27,18 @@ from ust.codegen.semiring import Semiring
 from ust.runtime.errors import ShapeError
 from ust.runtime.xp import expand_segments
 
-__all__ = ["ComputeResult", "run_compute", "workspace_bytes"]
+__all__ = ["BoundTooLarge", "ComputeResult", "run_compute", "workspace_bytes"]
 
 #: The most bytes the row workspaces of all threads may take before ``expand`` is used instead.
 WORKSPACE_LIMIT = 1 << 28
+#: The most bytes a one-pass assembly reserves for its upper bound of the result's entries.
+BOUND_LIMIT = 1 << 31
 
 Launch = Callable[[Kernel, Mapping[str, Any]], None]
+
+
+class BoundTooLarge(Exception):
+    """The one-pass assembly's upper bound does not fit: run the two-pass kernels instead."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,11 @@ def run_compute(
             out = acc
         return ComputeResult(dense=out.reshape(out_extents) if out_extents else out.reshape(()))
     outer = extents[ck.order[0]]
+    if ck.assembly == "blocks":
+        res = _run_blocks(ck, launch, xp, base, extents, sr, vdt, nthreads, outer)
+        if res is None:
+            raise BoundTooLarge(f"the one-pass assembly would reserve more than {BOUND_LIMIT} bytes")
+        return res
     count_k, fill_k = ck.kernels
     nlev = len(ck.prefix) + len(ck.rest)
     ws: dict[str, Any] = {}
@@ -162,4 +173,83 @@ def run_compute(
     )
     if ck.mode == "expand" and ck.rest:
         pos, crd, vals = _combine_sorted(xp, pos, crd, vals, outer, sr)
+    return ComputeResult(pos=pos, crd=tuple(crd), values=vals)
+
+
+def _workspace(
+    ck: ComputeKernels, kernel: Kernel, xp: Any, extents: Mapping[str, int], nthreads: int, vdt: np.dtype
+) -> dict[str, Any]:
+    if not (ck.rest and ck.mode == "workspace"):
+        return {}
+    w = int(np.prod([extents[r] for r in ck.rest], dtype=np.int64))
+    return {
+        "W": w,
+        "ws_mark": xp.full(nthreads * w, -1, dtype=kernel.param("ws_mark").dtype),
+        "ws_list": xp.empty(nthreads * w, dtype=np.int64),
+        "ws_val": xp.empty(nthreads * w, dtype=vdt),
+    }
+
+
+def _run_blocks(
+    ck: ComputeKernels,
+    launch: Launch,
+    xp: Any,
+    base: dict[str, Any],
+    extents: Mapping[str, int],
+    sr: Semiring,
+    vdt: np.dtype,
+    nthreads: int,
+    outer: int,
+) -> ComputeResult | None:
+    """One numeric pass: products counted per row (an upper bound), rows cut into blocks of
+    about equal bound, each block filled back to back from its bound offset, the gaps between
+    blocks closed, the arrays trimmed in place.  None where the bound is too large to reserve
+    (the caller runs the two-pass kernels)."""
+    bound_k, fill_k = ck.kernels
+    cnt = xp.zeros(outer, dtype=np.int64)
+    launch(bound_k, {**base, "o_cnt": cnt})
+    bpos = xp.zeros(outer + 1, dtype=np.int64)
+    xp.cumsum(cnt, out=bpos[1:])
+    total = int(bpos[-1])
+    nlev = len(ck.prefix) + len(ck.rest)
+    if total * (8 * (nlev - 1) + vdt.itemsize) > BOUND_LIMIT:
+        return None
+    nb = 1 if nthreads <= 1 else 4 * nthreads
+    targets = xp.linspace(0, total, nb + 1)
+    blk = xp.searchsorted(bpos[1:], targets, side="left").astype(np.int64)
+    blk[0], blk[-1] = 0, outer
+    blk = xp.maximum.accumulate(xp.minimum(blk, outer))
+    bstart = bpos[blk[:-1]]
+    crd = [xp.empty(total, dtype=np.int64) for _ in range(nlev - 1)]
+    vals = xp.empty(total, dtype=vdt)
+    ws = _workspace(ck, fill_k, xp, extents, nthreads, vdt)
+    launch(
+        fill_k,
+        {
+            **base,
+            **ws,
+            "NB": nb,
+            "o_blk": blk,
+            "o_bstart": bstart,
+            "o_cnt": cnt,
+            **{f"o_crd{n + 1}": c for n, c in enumerate(crd)},
+            "o_val": vals,
+        },
+    )
+    pos = xp.zeros(outer + 1, dtype=np.int64)
+    xp.cumsum(cnt, out=pos[1:])
+    nnz = int(pos[-1])
+    sizes = pos[blk[1:]] - pos[blk[:-1]]
+    dst = 0
+    for b in range(nb):  # a few blocks per thread: close the gaps left by the bounds
+        n, src = int(sizes[b]), int(bstart[b])
+        if n and src != dst:
+            for arr in (*crd, vals):
+                arr[dst : dst + n] = arr[src : src + n]
+        dst += n
+    if xp is np:
+        for arr in (*crd, vals):
+            arr.resize(nnz, refcheck=False)  # in place: no copy of the entries
+    else:
+        crd, vals = [c[:nnz].copy() for c in crd], vals[:nnz].copy()
     return ComputeResult(pos=pos, crd=tuple(crd), values=vals)
