@@ -174,9 +174,8 @@ def param_specs(params: Mapping[str, Any] | None) -> tuple[ParamSpec, ...]:
         elif isinstance(v, bool) or (not isinstance(v, (int, float, complex)) and not hasattr(v, "dtype")):
             raise InvalidTypeError(f"parameter {name!r} must be a number or an array, not {type(v).__name__}")
         else:
-            out.append(
-                ParamSpec(name, COMPLEX if isinstance(complex(v), complex) and complex(v).imag else REAL)
-            )
+            is_complex = isinstance(v, complex) or getattr(getattr(v, "dtype", None), "kind", "") == "c"
+            out.append(ParamSpec(name, COMPLEX if is_complex else REAL))
     return tuple(out)
 
 

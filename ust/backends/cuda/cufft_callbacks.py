@@ -18,6 +18,7 @@ compile-time constants.  CuPy is imported only inside functions.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -456,10 +457,8 @@ class FusedFFT:
                 self.handle = None
 
     def __del__(self) -> None:  # plans hold device memory: give it back with the object
-        try:
+        with contextlib.suppress(Exception):
             self.free()
-        except Exception:
-            pass
 
 
 def _value_type(value_dtype: str) -> str:
