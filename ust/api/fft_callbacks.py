@@ -279,6 +279,19 @@ def fit(xp: Any, x: Any, shape: tuple[int, ...], dtype: str) -> Any:
     return out
 
 
+def _has_numba() -> bool:
+    """numba-cuda is installed (looked up, not imported: importing it costs a second)."""
+    import importlib.util
+
+    try:
+        return (
+            importlib.util.find_spec("numba") is not None
+            and importlib.util.find_spec("numba.cuda") is not None
+        )
+    except (ImportError, ValueError):
+        return False
+
+
 def fusion(cbs: Callbacks, norm_scale: float, mode: str) -> tuple[bool, str]:
     """Whether the GPU fuses ``cbs`` into cuFFT, and why (or why not); ``mode`` from FFTOptions."""
     geo = cbs.geo
@@ -292,13 +305,7 @@ def fusion(cbs: Callbacks, norm_scale: float, mode: str) -> tuple[bool, str]:
         reasons.append(f"cuFFT plans at most 3 axes, not {rank}")
     pyfns = [c for _, c in cbs.phases() if isinstance(c, PyFunction)]
     if pyfns:
-        try:
-            import importlib.util
-
-            has_numba = importlib.util.find_spec("numba") is not None
-        except (ImportError, ValueError):
-            has_numba = False
-        if not has_numba:
+        if not _has_numba():
             reasons.append("a Python callback needs numba-cuda to be compiled (pip install numba-cuda)")
         if isinstance(cbs.epilog, PyFunction) and norm_scale != 1.0:
             reasons.append(
