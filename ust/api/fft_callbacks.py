@@ -394,7 +394,7 @@ class GpuCallbackFFT:
 
     def __init__(
         self, cbs: Callbacks, kind: str, n: Any, axes: Any, norm: Any, device_id: int, fused: bool, reason: str,
-        scale: float,
+        scale: float, strict: bool = False,
     ) -> None:  # fmt: skip
         from ust.backends.cuda import cufft_callbacks as cbk
         from ust.runtime.xp import import_cupy
@@ -409,9 +409,21 @@ class GpuCallbackFFT:
         self.passes: dict[str, Any] = {}
         with self.cp.cuda.Device(device_id):
             if fused:
-                self._plan_fused(cbk, dtype, scale)
-            else:
-                _log.info("FFT callbacks not fused (%s): separate elementwise passes", reason)
+                try:
+                    self._plan_fused(cbk, dtype, scale)
+                except (cbk.CufftError, BackendUnavailableError) as exc:
+                    if strict:
+                        raise
+                    _log.warning(
+                        "cuFFT did not take the LTO callbacks (%s); running them as separate kernels", exc
+                    )
+                    self.fused, self.reason, self.route = (
+                        False,
+                        f"cuFFT refused the LTO callbacks: {exc}",
+                        "cufft+kernel",
+                    )
+            if not self.fused:
+                _log.info("FFT callbacks not fused (%s): separate elementwise passes", self.reason)
                 for phase, c in cbs.phases():
                     if isinstance(c, FFTCallback):
                         key = ("pass", c.text, c.params, c.site, dtype, device_id)
