@@ -347,7 +347,7 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
         shape = [1] * ndim
         for j, i in enumerate(order):
             shape[axes[i]] = arr.shape[j]
-        arr = arr.astype(real if arr.dtype.kind in "iubf" else _complex_of(xp, real))
+        arr = arr.astype(real if arr.dtype.kind in "iubf" else _complex_of(xp, real), copy=False)
         return arr.reshape(shape)
 
     value = y if cb.scale == 1.0 else y * y.dtype.type(cb.scale)
@@ -371,6 +371,9 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
 
     with _quiet(xp):
         result = ev(cb.tree)
+    fresh = getattr(result, "shape", None) == tuple(site.shape) and result is not y
+    if fresh and result.dtype == y.dtype:
+        return result  # already a new array of the right kind: no copy
     out = xp.empty(site.shape, dtype=y.dtype)
     out[...] = result
     return out
