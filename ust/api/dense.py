@@ -125,6 +125,7 @@ class FFTOptions:
         callback where it can and runs one separate elementwise kernel otherwise (the log and
         ``ust.explain`` say which and why); ``"fused"`` makes the lack of fusion a
         BackendUnavailableError; ``"separate"`` always runs the separate kernel.  The CPU ignores it.""",
+        choices=("auto", "fused", "separate"),
     )
 
     def __post_init__(self) -> None:
