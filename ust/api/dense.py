@@ -947,7 +947,7 @@ def _one_shot(kind: str) -> Callable[..., Any]:
         "...``), signed index ``f``, lengths ``n`` / ``N`` and ``params`` (scalars by name, arrays as ``h[k]``),\n"
         "e.g. ``epilog='v * exp(-(f * f) / (2 * sigma * sigma))', params={'sigma': 3.0}``; or a Python\n"
         "function in nvmath-python's callback convention (``params``: its info array).  On the GPU they\n"
-        "are fused into cuFFT as LTO callbacks where possible (see :mod:`ust.api.fft_callbacks`).  Any other\n"
+        "are fused into cuFFT as LTO callbacks where possible (see the user guide).  Any other\n"
         "callable ``epilog(y, *epilog_args)`` runs on the whole output in one extra pass.  ``execution=``\n"
         "moves the data as elsewhere in ust."
     )
@@ -1016,7 +1016,7 @@ class FFT(StatefulOperation):
     ifftn (``n``: scipy's ``s`` tuple, ``axes``: a tuple).  On the GPU the object keeps its cuFFT plan
     (called directly for 1-D transforms of contiguous data); on the CPU scipy.fft runs with
     ``options={"workers": N}`` threads.  ``plan(prolog=..., epilog=..., params={...})`` adds
-    callbacks (expression text or nvmath-style Python functions; :mod:`ust.api.fft_callbacks`),
+    callbacks (expression text or nvmath-style Python functions; see the user guide),
     fused into cuFFT as LTO callbacks on the GPU where possible; ``plan(epilog=f,
     epilog_args=(g,))`` with any other callable applies ``f(y, g)`` to the output in one extra pass.
     """
