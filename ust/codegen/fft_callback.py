@@ -413,45 +413,46 @@ _BINARY: dict[str, Any] = {
 # One ``__device__`` body per callback, wrapped either as a cuFFT LTO callback (``extern "C"``,
 # the name handed to cufftXtSetJITCallback) or as a grid-stride elementwise kernel.  No headers:
 # a complex value is ``uc`` (two reals, aligned like float2 / double2), with its arithmetic here.
+# Every helper is ``static``: a prologue's and an epilogue's LTO-IR are linked into one program.
 
 _PREAMBLE = """typedef {R} ust_r;
 struct alignas(2 * sizeof(ust_r)) uc {{ ust_r x, y; }};
-__device__ __forceinline__ uc uc_mk(ust_r a, ust_r b) {{ uc z; z.x = a; z.y = b; return z; }}
-__device__ __forceinline__ uc operator+(uc a, uc b) {{ return uc_mk(a.x + b.x, a.y + b.y); }}
-__device__ __forceinline__ uc operator-(uc a, uc b) {{ return uc_mk(a.x - b.x, a.y - b.y); }}
-__device__ __forceinline__ uc operator*(uc a, uc b) {{ return uc_mk(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }}
-__device__ __forceinline__ uc operator/(uc a, uc b) {{
+static __device__ __forceinline__ uc uc_mk(ust_r a, ust_r b) {{ uc z; z.x = a; z.y = b; return z; }}
+static __device__ __forceinline__ uc operator+(uc a, uc b) {{ return uc_mk(a.x + b.x, a.y + b.y); }}
+static __device__ __forceinline__ uc operator-(uc a, uc b) {{ return uc_mk(a.x - b.x, a.y - b.y); }}
+static __device__ __forceinline__ uc operator*(uc a, uc b) {{ return uc_mk(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }}
+static __device__ __forceinline__ uc operator/(uc a, uc b) {{
   ust_r s = fabs{f}(b.x) + fabs{f}(b.y);
   ust_r ax = a.x / s, ay = a.y / s, bx = b.x / s, by = b.y / s, d = bx * bx + by * by;
   return uc_mk((ax * bx + ay * by) / d, (ay * bx - ax * by) / d);
 }}
-__device__ __forceinline__ uc operator-(uc a) {{ return uc_mk(-a.x, -a.y); }}
-__device__ __forceinline__ uc operator+(uc a, ust_r b) {{ return uc_mk(a.x + b, a.y); }}
-__device__ __forceinline__ uc operator+(ust_r a, uc b) {{ return uc_mk(a + b.x, b.y); }}
-__device__ __forceinline__ uc operator-(uc a, ust_r b) {{ return uc_mk(a.x - b, a.y); }}
-__device__ __forceinline__ uc operator-(ust_r a, uc b) {{ return uc_mk(a - b.x, -b.y); }}
-__device__ __forceinline__ uc operator*(uc a, ust_r b) {{ return uc_mk(a.x * b, a.y * b); }}
-__device__ __forceinline__ uc operator*(ust_r a, uc b) {{ return uc_mk(a * b.x, a * b.y); }}
-__device__ __forceinline__ uc operator/(uc a, ust_r b) {{ return uc_mk(a.x / b, a.y / b); }}
-__device__ __forceinline__ uc operator/(ust_r a, uc b) {{ return uc_mk(a, (ust_r)0) / b; }}
-__device__ __forceinline__ ust_r uc_abs(uc z) {{ return hypot{f}(z.x, z.y); }}
-__device__ __forceinline__ uc uc_conj(uc z) {{ return uc_mk(z.x, -z.y); }}
-__device__ __forceinline__ uc uc_exp(uc z) {{
+static __device__ __forceinline__ uc operator-(uc a) {{ return uc_mk(-a.x, -a.y); }}
+static __device__ __forceinline__ uc operator+(uc a, ust_r b) {{ return uc_mk(a.x + b, a.y); }}
+static __device__ __forceinline__ uc operator+(ust_r a, uc b) {{ return uc_mk(a + b.x, b.y); }}
+static __device__ __forceinline__ uc operator-(uc a, ust_r b) {{ return uc_mk(a.x - b, a.y); }}
+static __device__ __forceinline__ uc operator-(ust_r a, uc b) {{ return uc_mk(a - b.x, -b.y); }}
+static __device__ __forceinline__ uc operator*(uc a, ust_r b) {{ return uc_mk(a.x * b, a.y * b); }}
+static __device__ __forceinline__ uc operator*(ust_r a, uc b) {{ return uc_mk(a * b.x, a * b.y); }}
+static __device__ __forceinline__ uc operator/(uc a, ust_r b) {{ return uc_mk(a.x / b, a.y / b); }}
+static __device__ __forceinline__ uc operator/(ust_r a, uc b) {{ return uc_mk(a, (ust_r)0) / b; }}
+static __device__ __forceinline__ ust_r uc_abs(uc z) {{ return hypot{f}(z.x, z.y); }}
+static __device__ __forceinline__ uc uc_conj(uc z) {{ return uc_mk(z.x, -z.y); }}
+static __device__ __forceinline__ uc uc_exp(uc z) {{
   ust_r e = exp{f}(z.x), s, c; sincos{f}(z.y, &s, &c); return uc_mk(e * c, e * s);
 }}
-__device__ __forceinline__ uc uc_log(uc z) {{ return uc_mk(log{f}(hypot{f}(z.x, z.y)), atan2{f}(z.y, z.x)); }}
-__device__ __forceinline__ uc uc_sqrt(uc z) {{
+static __device__ __forceinline__ uc uc_log(uc z) {{ return uc_mk(log{f}(hypot{f}(z.x, z.y)), atan2{f}(z.y, z.x)); }}
+static __device__ __forceinline__ uc uc_sqrt(uc z) {{
   ust_r r = hypot{f}(z.x, z.y);
   if (r == (ust_r)0) return uc_mk((ust_r)0, z.y);
   ust_r t = sqrt{f}((r + fabs{f}(z.x)) * (ust_r)0.5);
   return z.x >= (ust_r)0 ? uc_mk(t, z.y / (2 * t)) : uc_mk(fabs{f}(z.y) / (2 * t), copysign{f}(t, z.y));
 }}
-__device__ __forceinline__ uc uc_tanh(uc z) {{
+static __device__ __forceinline__ uc uc_tanh(uc z) {{
   if (fabs{f}(z.x) > (ust_r)20) return uc_mk(copysign{f}((ust_r)1, z.x), (ust_r)0);
   ust_r d = cosh{f}(2 * z.x) + cos{f}(2 * z.y);
   return uc_mk(sinh{f}(2 * z.x) / d, sin{f}(2 * z.y) / d);
 }}
-__device__ __forceinline__ uc uc_pow(uc a, uc b) {{
+static __device__ __forceinline__ uc uc_pow(uc a, uc b) {{
   if (a.x == (ust_r)0 && a.y == (ust_r)0) return (b.x == (ust_r)0 && b.y == (ust_r)0) ? uc_mk(1, 0) : uc_mk(0, 0);
   return uc_exp(b * uc_log(a));
 }}
@@ -532,7 +533,7 @@ class _Emitter:
         used = cb.used_names()
         vt = _ctype(site.value)
         lines = [
-            f"__device__ __forceinline__ {vt} {name}({vt} v, unsigned long long ust_off, const void* ust_info) {{"
+            f"static __device__ __forceinline__ {vt} {name}({vt} v, unsigned long long ust_off, const void* ust_info) {{"
         ]
         slots = _slots(cb.params)
         if cb.params:

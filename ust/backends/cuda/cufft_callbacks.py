@@ -379,14 +379,20 @@ class FusedFFT:
             _check(api.lib.cufftCreate(ctypes.byref(handle)), "cufftCreate")
             self.handle: int | None = handle.value
             try:
-                self._infos = []
+                self._infos: list[Any] = []
                 for b in blobs:
                     info = (ctypes.c_void_p * 1)(b.info_ptr)
-                    self._infos.append(info)
-                    _check(
-                        api.set_jit(self.handle, b.symbol.encode(), b.ltoir, len(b.ltoir), b.cb_type, info),
-                        api.jit_name,
+                    blob = ctypes.create_string_buffer(b.ltoir, len(b.ltoir))
+                    self._infos.append((info, blob))  # alive as long as the plan
+                    status = api.set_jit(
+                        self.handle,
+                        b.symbol.encode(),
+                        ctypes.cast(blob, ctypes.c_void_p),
+                        len(b.ltoir),
+                        b.cb_type,
+                        info,
                     )
+                    _check(status, api.jit_name)
                 self._make_plan(api)
             except Exception:
                 self.free()
