@@ -346,3 +346,27 @@ def test_callback_types_and_parameter_block():
     site = fc.CallbackSite("epilog", (2, 4), (1,), (4,), (), "complex", False)
     src = fc.cuda_kernel_source(fc.compile_fft_callback("v * a * z * h[k]", site, specs), "complex128", "k")
     assert "ust_pd[0]" in src and "ust_pd[1]" in src and "ust_pd[2]" in src and "ust_pu[3]" in src
+
+
+K_GAIN = 2.0
+
+
+def _helper(v):
+    return v
+
+
+def test_numba_callbacks_are_cached_on_disk_only_when_their_source_says_it_all():
+    import math
+
+    from ust.backends.cuda.cufft_callbacks import _numba_disk_key
+
+    def reads_numbers_and_modules(out, off, v, info, shared):
+        out[off] = v * K_GAIN * math.exp(1.0)
+
+    def calls_a_helper(out, off, v, info, shared):
+        out[off] = _helper(v)
+
+    key = _numba_disk_key(reads_numbers_and_modules, ("epilog", "complex64"))
+    assert isinstance(key, str) and len(key) == 64
+    assert key != _numba_disk_key(reads_numbers_and_modules, ("epilog", "complex128"))
+    assert _numba_disk_key(calls_a_helper, ("epilog",)) is None

@@ -221,6 +221,16 @@ def arity(fn: Any) -> int | None:
     return sum(1 for p in sig.parameters.values() if p.kind in kinds)
 
 
+def is_whole_array_epilog(epilog: Any) -> bool:
+    """A callable that is no nvmath-style callback: ust's older ``epilog(y, *epilog_args)``."""
+    return (
+        epilog is not None
+        and not isinstance(epilog, str)
+        and callable(epilog)
+        and arity(epilog) != _ARITY["epilog"]
+    )
+
+
 def _one(value: Any, phase: str, geo: Geometry, params: Any) -> FFTCallback | PyFunction | None:
     if value is None:
         return None

@@ -216,6 +216,36 @@ def text_ltoir(cb: FFTCallback, dtype: str, symbol: str, arch: str) -> tuple[byt
 _NUMBA_MEMO: dict[Any, bytes] = {}
 
 
+def _numba_disk_key(fn: Any, parts: tuple[str, ...]) -> str | None:
+    """A content key for ust's artefact cache, or None when the function's meaning is not all in
+    its source: it reads a global that is neither a number nor a module (a helper that could change
+    elsewhere), or Python cannot show its source."""
+    import inspect
+    import types as pytypes
+
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    values = []
+    for name in fn.__code__.co_names:
+        if name not in fn.__globals__:
+            continue
+        v = fn.__globals__[name]
+        if isinstance(v, pytypes.ModuleType):
+            values.append(f"{name}=module {v.__name__}")
+        elif isinstance(v, (int, float, complex)) and not isinstance(v, bool):
+            values.append(f"{name}={v!r}")
+        else:
+            return None
+    for cell in fn.__closure__ or ():
+        v = cell.cell_contents
+        if not isinstance(v, (int, float, complex)) or isinstance(v, bool):
+            return None
+        values.append(repr(v))
+    return content_key(source, "numba-ltoir", values, parts)
+
+
 def _numba_key(fn: Any) -> Any:
     """What a compiled Python callback depends on: its code, constants, and the numbers it reads."""
     code = fn.__code__
@@ -253,25 +283,41 @@ def numba_ltoir(
         sig = data(ptr, types.uint64, info, ptr)
     else:
         sig = types.void(ptr, types.uint64, data, info, ptr)
-    try:
-        ltoir, _ = cuda.compile(
-            fn,
-            sig,
-            device=True,
-            abi="c",
-            abi_info={"abi_name": symbol},
-            output="ltoir",
-            cc=(int(arch[:-1]), int(arch[-1])),
+
+    def build() -> bytes:
+        try:
+            ltoir, _ = cuda.compile(
+                fn,
+                sig,
+                device=True,
+                abi="c",
+                abi_info={"abi_name": symbol},
+                output="ltoir",
+                cc=(int(arch[:-1]), int(arch[-1])),
+            )
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise UnsupportedError(
+                f"numba-cuda cannot compile the {phase} {getattr(fn, '__name__', fn)!r} ({type(exc).__name__}: {first})"
+            ) from None
+        return bytes(ltoir)
+
+    import numba
+
+    parts = (phase, value_dtype, info_dtype, symbol, arch, numba.__version__, str(cufft_version()))
+    disk = _numba_disk_key(fn, parts)
+    if disk is None:
+        data_bytes, how = (
+            build(),
+            "compiled (not cached on disk: it reads globals beyond numbers and modules)",
         )
-    except Exception as exc:
-        raise UnsupportedError(
-            f"numba-cuda cannot compile the {phase} {getattr(fn, '__name__', fn)!r} "
-            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
-        ) from None
-    _NUMBA_MEMO[key] = bytes(ltoir)
+    else:
+        art = ArtifactCache("cuda").get_or_build(disk, ".ltoir", build)
+        data_bytes, how = art.data, "compiled" if art.built else "cache"
+    _NUMBA_MEMO[key] = data_bytes
     seconds = time.perf_counter() - t0
-    _log.info("FFT %s callback: numba-cuda compiled %r to LTO-IR in %.1f ms", phase, fn, 1e3 * seconds)
-    return bytes(ltoir), "compiled", seconds
+    _log.info("FFT %s callback: numba-cuda LTO-IR of %r %s in %.1f ms", phase, fn, how, 1e3 * seconds)
+    return data_bytes, how, seconds
 
 
 # ------------------------------------------------------------------------------- the callbacks
