@@ -240,9 +240,12 @@ def _numba_disk_key(fn: Any, parts: tuple[str, ...]) -> str | None:
             return None
     for cell in fn.__closure__ or ():
         v = cell.cell_contents
-        if not isinstance(v, (int, float, complex)) or isinstance(v, bool):
+        if isinstance(v, pytypes.ModuleType):
+            values.append(f"module {v.__name__}")
+        elif isinstance(v, (int, float, complex)) and not isinstance(v, bool):
+            values.append(repr(v))
+        else:
             return None
-        values.append(repr(v))
     return content_key(source, "numba-ltoir", values, parts)
 
 
