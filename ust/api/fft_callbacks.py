@@ -316,7 +316,9 @@ def fusion(cbs: Callbacks, norm_scale: float, mode: str) -> tuple[bool, str]:
     pyfns = [c for _, c in cbs.phases() if isinstance(c, PyFunction)]
     if pyfns:
         if not _has_numba():
-            reasons.append("a Python callback needs numba-cuda to be compiled (pip install numba-cuda)")
+            reasons.append(
+                'a Python callback needs numba-cuda to be compiled (pip install "ust[fft-callbacks]")'
+            )
         if isinstance(cbs.epilog, PyFunction) and norm_scale != 1.0:
             reasons.append(
                 "the norm's scaling cannot be folded into a Python epilogue (use norm='forward' / 'backward' as fits)"
@@ -333,7 +335,7 @@ def fusion(cbs: Callbacks, norm_scale: float, mode: str) -> tuple[bool, str]:
     if mode == "fused":
         raise BackendUnavailableError(
             f"options={{'callbacks': 'fused'}}: the callbacks cannot be fused: {why}",
-            pip_command='pip install "ust[cu13]" numba-cuda' if pyfns else "",
+            pip_command='pip install "ust[cu13,fft-callbacks]"' if pyfns else "",
         )
     return False, why
 

@@ -89,7 +89,7 @@ _STATUS = {
     16: "NOT_SUPPORTED",
 }
 NVRTC_LTO_OPTIONS = ("--std=c++17", "-dlto", "--relocatable-device-code=true")
-NUMBA_PIP = 'pip install "ust[cu13]" numba-cuda'
+NUMBA_PIP = 'pip install "ust[cu13,fft-callbacks]"'
 
 
 class CufftError(UstError):
