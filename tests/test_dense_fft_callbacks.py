@@ -370,3 +370,156 @@ def test_numba_callbacks_are_cached_on_disk_only_when_their_source_says_it_all()
     assert isinstance(key, str) and len(key) == 64
     assert key != _numba_disk_key(reads_numbers_and_modules, ("epilog", "complex128"))
     assert _numba_disk_key(calls_a_helper, ("epilog",)) is None
+
+
+# --------------------------------------------- the cuFFT binding against a stand-in libcufft (C)
+
+_STAND_IN_CUFFT = r"""
+#include <string.h>
+typedef struct { long long rank, n[3], inembed[3], istride, idist, onembed[3], ostride, odist, type, batch; } plan_t;
+plan_t rec_plan;
+char rec_names[2][64];
+long long rec_sizes[2], rec_types[2], rec_infos[2], rec_first_bytes[2];
+int rec_callbacks = 0, rec_exec_direction = 99;
+long long rec_stream = -1, rec_in = 0, rec_out = 0;
+int cufftCreate(int* h) { *h = 7; return 0; }
+int cufftDestroy(int h) { return h == 7 ? 0 : 1; }
+int cufftSetStream(int h, void* s) { rec_stream = (long long)s; return 0; }
+int cufftGetVersion(int* v) { *v = VERSION; return 0; }
+int SETJIT(int h, const char* name, const void* blob, size_t size, int type, void** info) {
+  if (rec_callbacks >= 2) return 4;
+  strncpy(rec_names[rec_callbacks], name, 63);
+  rec_sizes[rec_callbacks] = (long long)size; rec_types[rec_callbacks] = type;
+  rec_infos[rec_callbacks] = (long long)info[0]; rec_first_bytes[rec_callbacks] = ((const unsigned char*)blob)[0];
+  rec_callbacks++; return 0;
+}
+int cufftMakePlanMany64(int h, int rank, long long* n, long long* inembed, long long istride, long long idist,
+                        long long* onembed, long long ostride, long long odist, int type, long long batch, size_t* ws) {
+  rec_plan.rank = rank;
+  for (int i = 0; i < rank; i++) { rec_plan.n[i] = n[i]; rec_plan.inembed[i] = inembed[i]; rec_plan.onembed[i] = onembed[i]; }
+  rec_plan.istride = istride; rec_plan.idist = idist; rec_plan.ostride = ostride; rec_plan.odist = odist;
+  rec_plan.type = type; rec_plan.batch = batch; *ws = 0; return 0;
+}
+int cufftExecC2C(int h, void* i, void* o, int d) { rec_in = (long long)i; rec_out = (long long)o; rec_exec_direction = d; return 0; }
+int cufftExecZ2Z(int h, void* i, void* o, int d) { return cufftExecC2C(h, i, o, d); }
+int cufftExecR2C(int h, void* i, void* o) { return cufftExecC2C(h, i, o, 0); }
+int cufftExecD2Z(int h, void* i, void* o) { return cufftExecC2C(h, i, o, 0); }
+int cufftExecC2R(int h, void* i, void* o) { return cufftExecC2C(h, i, o, 0); }
+int cufftExecZ2D(int h, void* i, void* o) { return cufftExecC2C(h, i, o, 0); }
+"""
+
+
+class _FakeDeviceArray(np.ndarray):
+    @property
+    def data(self):  # type: ignore[override]
+        import types
+
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    def set(self, host):
+        self[...] = host
+
+
+def _fake_cupy_for_cufft():
+    import contextlib
+    import types
+
+    def dev(i=0):
+        d = contextlib.nullcontext()
+        return types.SimpleNamespace(compute_capability="90", __enter__=d.__enter__, __exit__=d.__exit__)
+
+    class Device:
+        def __init__(self, i=0):
+            self.compute_capability = "90"
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    def wrap(fn):
+        return lambda *a, **k: np.asarray(fn(*a, **k)).view(_FakeDeviceArray)
+
+    stream = types.SimpleNamespace(ptr=4242)
+    cuda = types.SimpleNamespace(Device=Device, get_current_stream=lambda: stream)
+    return types.SimpleNamespace(__name__="cupy", zeros=wrap(np.zeros), empty=wrap(np.empty), cuda=cuda)
+
+
+@pytest.mark.parametrize(
+    ("version", "setjit"), [(12000, "cufftXtSetJITCallback"), (11400, "__cufftXtSetJITCallback_12_7")]
+)
+def test_cufft_binding_passes_layout_callbacks_and_parameters(tmp_path, monkeypatch, version, setjit):
+    import ctypes
+    import subprocess
+    import sys
+
+    from ust.backends.cuda import cufft_callbacks as cbk
+    from ust.backends.generated.compile_c import find_compiler
+
+    cc = find_compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "cufft.c"
+    src.write_text(_STAND_IN_CUFFT.replace("VERSION", str(version)).replace("SETJIT", setjit))
+    lib_path = tmp_path / "libcufft.so"
+    # -Bsymbolic: each stand-in binds its own records
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-o", str(lib_path), str(src)], check=True
+    )
+    monkeypatch.setenv("UST_CUFFT_LIBRARY", str(lib_path))
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy_for_cufft())
+    import os
+
+    from ust.backends.cuda import _lib
+
+    # RTLD_LOCAL: the stand-in's cufft* symbols must not shadow a real libcufft loaded later
+    monkeypatch.setattr(_lib, "_open", lambda path: ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL))
+    _lib.load_library.cache_clear()
+    cbk._api.cache_clear()
+    cbk.lto_support.cache_clear()
+    monkeypatch.setattr(cbk, "text_ltoir", lambda cb, dtype, symbol, arch: (b"L" * 300, "compiled", 0.0))
+    try:
+        ok, how = cbk.lto_support()
+        assert (ok, setjit in how) == (True, True) or "NVRTC" in how
+        x = rand((5, 6, 8), "complex64")
+        n, axes = dense._fft_args("ifftn", x, None, (1, 2), None)
+        geo = fft_callbacks.geometry("ifftn", x.shape, "complex64", n, axes, dense._FFT_ND)
+        cbs = fft_callbacks.build_callbacks(
+            geo, "v * h[k0, k1]", "v * s", {"h": np.ones((6, 8)), "s": 0.5}, ()
+        )
+        layout = cbk.Layout("c2c", "single", 1, (6, 8), geo.in_shape, geo.out_shape, "complex64", "complex64")
+        plan = cbk.FusedFFT(
+            layout, 0, (cbs.prolog, "complex64"), (cbs.epilog.with_scale(1 / 48), "complex64"), "complex64"
+        )
+        lib = ctypes.CDLL(str(lib_path))
+        ll = ctypes.c_longlong
+        rec = (ll * 16).in_dll(
+            lib, "rec_plan"
+        )  # rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch
+        assert list(rec) == [2, 6, 8, 0, 6, 8, 0, 1, 48, 6, 8, 0, 1, 48, 0x29, 5]
+        names = (ctypes.c_char * 64 * 2).in_dll(lib, "rec_names")
+        assert [names[0].value, names[1].value] == [b"ust_fft_prolog", b"ust_fft_epilog"]
+        assert list((ll * 2).in_dll(lib, "rec_types")) == [0, 4]  # LD_COMPLEX, ST_COMPLEX
+        assert list((ll * 2).in_dll(lib, "rec_sizes")) == [300, 300]
+        assert list((ll * 2).in_dll(lib, "rec_first_bytes")) == [ord("L")] * 2
+        infos = list((ll * 2).in_dll(lib, "rec_infos"))
+        assert infos == [plan.blocks["prolog"].ptr, plan.blocks["epilog"].ptr]
+        h = np.full((6, 8), 2.0, np.float32).view(_FakeDeviceArray)
+        xin = np.ascontiguousarray(x).view(_FakeDeviceArray)
+        out = plan.run(xin, {"prolog": {"h": h, "s": 0.5}, "epilog": {"h": h, "s": 0.5}})
+        assert out.shape == (5, 6, 8) and out.dtype == np.complex64
+        assert ctypes.c_int.in_dll(lib, "rec_exec_direction").value == 1
+        assert ll.in_dll(lib, "rec_stream").value == 4242
+        assert (
+            ll.in_dll(lib, "rec_in").value == xin.ctypes.data
+            and ll.in_dll(lib, "rec_out").value == out.ctypes.data
+        )
+        # the parameter blocks hold what the generated code reads, in params order: h's address, s
+        for block in plan.blocks.values():
+            assert int(block.device[0]) == h.ctypes.data and block.device.view(np.float64)[1] == 0.5
+        plan.free()
+    finally:
+        _lib.load_library.cache_clear()
+        cbk._api.cache_clear()
+        cbk.lto_support.cache_clear()
