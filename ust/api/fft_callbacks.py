@@ -188,7 +188,7 @@ class Callbacks:
 
     def moved(self, move: Any) -> Callbacks:
         """The same callbacks with every array (parameters, Python ``info``) moved by ``move``."""
-        values = {k: move(v) if hasattr(v, "shape") else v for k, v in self.values.items()}
+        values = {k: _moved_value(v, move) for k, v in self.values.items()}
         out = Callbacks(self.geo, self.prolog, self.epilog, self.legacy, self.legacy_args, values)
         for phase, c in self.phases():
             if isinstance(c, PyFunction) and c.info is not None:
@@ -204,6 +204,13 @@ class Callbacks:
         if isinstance(c, FFTCallback):
             return evaluate(c, a, self.values, xp)
         return c.run(xp, a)
+
+
+def _moved_value(v: Any, move: Any) -> Any:
+    """Arrays moved to the execution space; scalars (0-d arrays too) as Python numbers, read once."""
+    if hasattr(v, "shape") and len(v.shape) > 0:
+        return move(v)
+    return v.item() if hasattr(v, "item") else v
 
 
 def _ptr(a: Any) -> int:
