@@ -591,3 +591,15 @@ def test_generated_callback_body_computes_what_the_array_program_does(
         )
         want = fc.evaluate(cb, y, values, np)
         close(out, want, vdtype)
+
+
+def test_saved_plan_with_callbacks_loads_with_them_again(tmp_path):
+    x = rand((4, 32), "complex128")
+    path = tmp_path / "fft.json"
+    with dense.FFT(x, "fft") as f:
+        f.plan(epilog="v * s", params={"s": np.float64(3.0)})  # a NumPy scalar is read once as a number
+        f.save_plan(path)
+    with dense.FFT(x, "fft") as g:
+        assert g.load_plan(path, epilog="v * s", params={"s": np.array(3.0)}) is True
+        assert g.route == "scipy.fft+pass"
+        close(g.execute(), np.fft.fft(x) * 3, "complex128")
