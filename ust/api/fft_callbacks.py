@@ -43,7 +43,20 @@ from ust.codegen.fft_callback import (
 from ust.runtime.errors import BackendUnavailableError, InvalidTypeError, UnsupportedError
 from ust.runtime.log import get_logger
 
-__all__ = ["CALLBACK_MODES", "Callbacks", "Geometry", "build_callbacks", "fit", "fusion", "geometry"]
+__all__ = [
+    "CALLBACK_MODES",
+    "Callbacks",
+    "Geometry",
+    "GpuCallbackFFT",
+    "PyFunction",
+    "build_callbacks",
+    "describe",
+    "fit",
+    "fusion",
+    "geometry",
+    "is_whole_array_epilog",
+    "norm_scale",
+]
 
 _log = get_logger("dense.fft_callbacks")
 

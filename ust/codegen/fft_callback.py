@@ -34,10 +34,13 @@ __all__ = [
     "CallbackSite",
     "FFTCallback",
     "ParamSpec",
+    "callback_type",
     "compile_fft_callback",
     "cuda_callback_source",
     "cuda_kernel_source",
     "evaluate",
+    "param_block",
+    "param_specs",
 ]
 
 REAL, COMPLEX = "real", "complex"
@@ -305,7 +308,7 @@ def _complex_of(xp: Any, real: Any) -> Any:
     return xp.complex64 if real == xp.float32 else xp.complex128
 
 
-def _axis_view(xp: Any, values: Any, axis: int, ndim: int) -> Any:
+def _axis_view(values: Any, axis: int, ndim: int) -> Any:
     shape = [1] * ndim
     shape[axis] = -1
     return values.reshape(shape)
@@ -332,7 +335,7 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
         if what == "f" and pos not in site.half:
             m = site.sizes[pos]
             k = xp.where(k < (m + 1) // 2, k, k - m)
-        env[name] = _axis_view(xp, k, axis, ndim)
+        env[name] = _axis_view(k, axis, ndim)
     for name, size in sizes.items():
         env[name] = float(size)
     for p in cb.params:

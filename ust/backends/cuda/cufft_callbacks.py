@@ -44,9 +44,13 @@ from ust.runtime.errors import BackendUnavailableError, UnsupportedError, UstErr
 from ust.runtime.log import get_logger
 
 __all__ = [
+    "PLANS",
     "CufftError",
     "FusedFFT",
+    "Layout",
+    "PlanCache",
     "SeparatePass",
+    "cufft_version",
     "lto_support",
     "numba_ltoir",
     "text_ltoir",
