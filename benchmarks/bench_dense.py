@@ -16,6 +16,12 @@ Cases (GPU sizes; ``--device cpu`` shrinks them):
   one-shot calls, on the tall-and-skinny case.
 * ``fft``: 2^24 complex128 points: ``ust.dense.fft`` and the stateful ``FFT.execute()`` vs
   ``cupy.fft.fft`` and nvmath-python's fft.
+* ``gaussian filter`` (issue 21; ``--cases callbacks`` runs only these): FFT, multiply by a
+  Gaussian, inverse FFT on 8192^2 and 2^26 complex64 points.  ust with the filter fused into
+  cuFFT as an LTO callback (as the inverse's prologue, computed from the text or read from an
+  array ``h[k0, k1]``; or as the forward's epilogue) vs CuPy (``fftn``, ``*``, ``ifftn``) and
+  nvmath-python's ``ifftn`` with a numba prologue reading the filter; then the compile and cached
+  load times of one callback and cuFFT's JIT link of a plan.
 
 Every number is a median over repeats after warm-up (GPU: ``cupyx.profiler.benchmark``, CUDA
 events); ratios are ust / baseline (below 1: ust is faster).  Writes ``bench_dense.json`` and
@@ -92,12 +98,15 @@ def nvmath_module() -> Any:
 # ----------------------------------------------------------------------------------- GPU cases
 
 
-def gpu_cases(scale: float, fft_log2: int = 24) -> list[dict[str, Any]]:
+def gpu_cases(scale: float, fft_log2: int = 24, cases: str = "all") -> list[dict[str, Any]]:
     import cupy as cp
 
     rows: list[dict[str, Any]] = []
     nv = nvmath_module()
-    for case in (_gpu_tall_skinny, _gpu_batched, _gpu_fft):
+    chosen = (
+        (_gpu_filter,) if cases == "callbacks" else (_gpu_tall_skinny, _gpu_batched, _gpu_fft, _gpu_filter)
+    )
+    for case in chosen:
         rows += case(cp, nv, scale, fft_log2)
         cp.get_default_memory_pool().free_all_blocks()
     return rows
@@ -227,6 +236,174 @@ def _gpu_fft(cp: Any, nv: Any, scale: float, fft_log2: int) -> list[dict[str, An
     return rows
 
 
+def _gauss_text(nd: int) -> str:
+    terms = " + ".join(f"f{i} * f{i}" for i in range(nd)) if nd > 1 else "f * f"
+    return f"v * exp(-({terms}) * c)"
+
+
+def _gauss_filter(xp: Any, shape: tuple[int, ...], sigma: float, dtype: Any) -> Any:
+    """exp(-|f|^2 / (2 sigma^2)) over the signed frequency indices of ``shape`` (one array)."""
+    h = None
+    for axis, n in enumerate(shape):
+        f = xp.fft.fftfreq(n, d=1.0 / n).astype(dtype)
+        g = xp.exp(-(f * f) / (2 * sigma * sigma)).reshape(
+            [-1 if a == axis else 1 for a in range(len(shape))]
+        )
+        h = g if h is None else h * g
+    return xp.ascontiguousarray(h)
+
+
+def _gpu_filter(cp: Any, nv: Any, scale: float, fft_log2: int) -> list[dict[str, Any]]:
+    """FFT, Gaussian filter, inverse FFT: ust's fused callbacks vs CuPy and nvmath-python (issue 21)."""
+    rows: list[dict[str, Any]] = []
+    side = max(64, int(8192 * scale**0.5))
+    length = max(1 << 12, int((1 << 26) * scale))
+    for shape in ((side, side), (length,)):
+        rows += _gpu_filter_case(cp, nv, shape)
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows + _callback_compile_times(cp)
+
+
+def _gpu_filter_case(cp: Any, nv: Any, shape: tuple[int, ...]) -> list[dict[str, Any]]:
+    rows = []
+    rng = cp.random.default_rng(4)
+    nd = len(shape)
+    axes = tuple(range(nd))
+    x = rng.standard_normal(shape, dtype=cp.float32) + 1j * rng.standard_normal(shape, dtype=cp.float32)
+    x = x.astype(cp.complex64)
+    sigma = shape[0] / 16
+    c = 1.0 / (2 * sigma * sigma)
+    h = _gauss_filter(cp, shape, sigma, cp.float32)
+    text = _gauss_text(nd)
+    hidx = "h[" + ", ".join(f"k{i}" for i in range(nd)) + "]" if nd > 1 else "h[k]"
+    kw: dict[str, Any] = {"axes": axes} if nd > 1 else {}
+    fwd = getattr(dense, "fftn" if nd > 1 else "fft")
+    inv = getattr(dense, "ifftn" if nd > 1 else "ifft")
+
+    def cupy_run() -> Any:
+        return cp.fft.ifftn(cp.fft.fftn(x, axes=axes) * h, axes=axes)
+
+    want = cupy_run()
+    base = time_gpu(cupy_run, repeat=10)
+    variants: list[tuple[str, Callable[[], Any]]] = [
+        ("fused: inverse's prolog (text)", lambda: inv(fwd(x, **kw), prolog=text, params={"c": c}, **kw)),
+        (
+            "fused: inverse's prolog h[k] (array)",
+            lambda: inv(fwd(x, **kw), prolog=f"v * {hidx}", params={"h": h}, **kw),
+        ),
+        (
+            "fused: forward's epilog (text), plain inverse",
+            lambda: inv(fwd(x, epilog=text, params={"c": c}, **kw), **kw),
+        ),
+        (
+            "separate kernel (options callbacks=separate)",
+            lambda: inv(fwd(x, **kw), prolog=text, params={"c": c}, options={"callbacks": "separate"}, **kw),
+        ),
+    ]
+    case = f"gaussian filter {'x'.join(map(str, shape))} complex64"
+    with dense.FFT(x, "ifftn" if nd > 1 else "ifft", axes=axes if nd > 1 else -1) as probe:
+        probe.plan(prolog=text, params={"c": c})
+        route = probe.route
+    first_ms: float | str = "n/a"
+    for name, fn in variants:
+        try:
+            err = float(cp.abs(fn() - want).max() / cp.abs(want).max())
+            ms: float | str = time_gpu(fn, repeat=10)
+        except Exception as exc:
+            err, ms = float("nan"), f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
+        if first_ms == "n/a":
+            first_ms = ms
+        row = _row(case, f"{name} [{route}]", "CuPy fftn * h ifftn", base, ms)
+        speedup = base / ms if isinstance(ms, float) else 0.0
+        row["goal"] = f"CuPy / ust >= 1.3: {'met' if speedup >= 1.3 else 'not met'} ({speedup:.2f}x)"
+        row["rel_err"] = err
+        rows.append(row)
+    if nv is not None:
+        rows += _nvmath_filter(cp, nv, x, h, axes, want, case, first_ms)
+    return rows
+
+
+def _nvmath_filter(
+    cp: Any, nv: Any, x: Any, h: Any, axes: Any, want: Any, case: str, ust_ms: Any
+) -> list[dict[str, Any]]:
+    """nvmath-python: forward fft, inverse with a numba prologue multiplying by the filter array."""
+    try:
+
+        def prolog(data_in, offset, info, unused):  # type: ignore[no-untyped-def]
+            return data_in[offset] * info[offset]
+
+        with cp.cuda.Device():
+            ltoir = nv.fft.compile_prolog(prolog, "complex64", "float32")
+        n = x.size
+        best = None
+        for factor in (1.0, 1.0 / n):  # nvmath's inverse may or may not scale by 1/N
+            hs = cp.ascontiguousarray(h * cp.float32(factor))
+            fwd = nv.fft.fftn(x, axes=list(axes)) if len(axes) > 1 else nv.fft.fft(x)
+
+            def run(hs: Any = hs) -> Any:
+                y = nv.fft.fftn(x, axes=list(axes)) if len(axes) > 1 else nv.fft.fft(x)
+                pro = {"ltoir": ltoir, "data": hs.data.ptr}
+                if len(axes) > 1:
+                    return nv.fft.ifftn(y, axes=list(axes), prolog=pro)
+                return nv.fft.ifft(y, prolog=pro)
+
+            err = float(cp.abs(run() - want).max() / cp.abs(want).max())
+            if best is None or err < best[0]:
+                best = (err, run)
+            del fwd
+        assert best is not None
+        ms: float | str = time_gpu(best[1], repeat=10)
+        err = best[0]
+    except Exception as exc:
+        ms, err = f"n/a ({type(exc).__name__}: {str(exc)[:80]})", float("nan")
+    row = _row(case, "fused: inverse's prolog (text)", "nvmath-python ifftn + numba prolog", ms, ust_ms)
+    row["goal"] = f"ust <= nvmath: {'met' if row['ratio'] is not None and row['ratio'] <= 1.0 else 'not met'}"
+    row["nvmath_rel_err"] = err
+    return [row]
+
+
+def _callback_compile_times(cp: Any) -> list[dict[str, Any]]:
+    """NVRTC -dlto compile of one callback, its load from ust's cache, and cuFFT's JIT link of a plan."""
+    import tempfile
+
+    from ust.api.fft_callbacks import build_callbacks, geometry
+    from ust.backends.cuda import cufft_callbacks as cbk
+
+    rows = []
+    old = os.environ.get("UST_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o700)
+        os.environ["UST_CACHE_DIR"] = tmp
+        try:
+            shape = (64, 1024)
+            n, axes = dense._fft_args("fft", cp.empty(shape, cp.complex64), None, None, None)
+            geo = geometry("fft", shape, "complex64", n, axes, dense._FFT_ND)
+            cb = build_callbacks(geo, None, _gauss_text(1), {"c": 0.1}, ()).epilog
+            arch = str(cp.cuda.Device().compute_capability)
+            _, how1, first = cbk.text_ltoir(cb, "complex64", "ust_fft_epilog", arch)
+            _, how2, again = cbk.text_ltoir(cb, "complex64", "ust_fft_epilog", arch)
+            rows.append(_row("callback compile (NVRTC -dlto)", how1, "-", "-", 1e3 * first))
+            rows.append(_row("callback load from ust's cache", how2, "-", "-", 1e3 * again))
+            x = cp.ones(shape, cp.complex64)
+            t0 = time.perf_counter()
+            with dense.FFT(x, "fft", options={"callbacks": "fused"}) as f:
+                f.plan(epilog=_gauss_text(1) + " + 0.5", params={"c": 0.1})
+                plan_ms = 1e3 * (time.perf_counter() - t0)
+            rows.append(
+                _row("plan with a new callback (compile + cuFFT JIT link)", f.route, "-", "-", plan_ms)
+            )
+        except Exception as exc:
+            rows.append(
+                _row("callback compile", f"n/a ({type(exc).__name__}: {str(exc)[:80]})", "-", "-", "-")
+            )
+        finally:
+            if old is None:
+                os.environ.pop("UST_CACHE_DIR", None)
+            else:
+                os.environ["UST_CACHE_DIR"] = old
+    return rows
+
+
 # ----------------------------------------------------------------------------------- CPU cases
 
 
@@ -302,6 +479,49 @@ def cpu_cases(scale: float, fft_log2: int = 20) -> list[dict[str, Any]]:
     rows.append(_row(case, "one-shot (workers=all)", "scipy.fft.fft (1 worker)", base, one))
     rows.append(_row(case, "stateful execute", "numpy.fft.fft", np_base, st))
     f.free()
+    return rows + cpu_filter(scale)
+
+
+def cpu_filter(scale: float) -> list[dict[str, Any]]:
+    """FFT, Gaussian filter, inverse FFT on the CPU: ust's callbacks (one array pass) vs NumPy / SciPy."""
+    side = max(64, int(1024 * scale**0.5))
+    return [
+        r
+        for shape in ((side, side), (max(1 << 12, int((1 << 20) * scale)),))
+        for r in _cpu_filter_case(shape)
+    ]
+
+
+def _cpu_filter_case(shape: tuple[int, ...]) -> list[dict[str, Any]]:
+    import scipy.fft
+
+    rng = np.random.default_rng(5)
+    nd = len(shape)
+    axes = tuple(range(nd))
+    x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    sigma = shape[0] / 16
+    c = 1.0 / (2 * sigma * sigma)
+    h = _gauss_filter(np, shape, sigma, np.float32)
+    text = _gauss_text(nd)
+
+    def base_run() -> Any:
+        return scipy.fft.ifftn(scipy.fft.fftn(x, axes=axes, workers=-1) * h, axes=axes, workers=-1)
+
+    def ust_run() -> Any:
+        return dense.ifftn(dense.fftn(x, axes=axes), axes=axes, prolog=text, params={"c": c})
+
+    def ust_array() -> Any:
+        hidx = "h[" + ", ".join(f"k{i}" for i in range(nd)) + "]"
+        return dense.ifftn(dense.fftn(x, axes=axes), axes=axes, prolog=f"v * {hidx}", params={"h": h})
+
+    want = base_run()
+    case = f"gaussian filter {'x'.join(map(str, shape))} complex64"
+    rows = []
+    base = time_cpu(base_run)
+    for name, fn in (("ifftn(prolog=text)", ust_run), ("ifftn(prolog='v * h[k...]')", ust_array)):
+        row = _row(case, name, "scipy.fft fftn * h ifftn", base, time_cpu(fn))
+        row["rel_err"] = float(np.abs(fn() - want).max() / np.abs(want).max())
+        rows.append(row)
     return rows
 
 
@@ -373,9 +593,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=os.environ.get("OUT") or os.path.join("benchmarks", "results"))
     p.add_argument("--append-results", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    p.add_argument("--cases", choices=("all", "callbacks"), default="all", help="callbacks: only issue 21's")
     args = p.parse_args(argv)
     if args.device == "gpu":
-        rows = gpu_cases(args.scale, args.fft_log2 or 24)
+        rows = gpu_cases(args.scale, args.fft_log2 or 24, args.cases)
+    elif args.cases == "callbacks":
+        rows = cpu_filter(args.scale)
     else:
         rows = cpu_cases(args.scale, args.fft_log2 or 20)
     table = markdown(rows)

@@ -22,7 +22,13 @@ from numpy.lib.stride_tricks import as_strided
 from ust import dense
 from ust.backends.cpu.dense import alloc_matrices
 from ust.backends.cuda import cublaslt as lt
-from ust.runtime.errors import InvalidStateError, ShapeError, UnsupportedError
+from ust.runtime.errors import (
+    InvalidStateError,
+    InvalidTypeError,
+    ShapeError,
+    UnsupportedError,
+    UstSyntaxError,
+)
 from ust.runtime.stateful import PlanFileError, decode_array
 
 RNG = np.random.default_rng(7)
@@ -661,7 +667,8 @@ def test_stateful_fft():
         (lambda: dense.irfft(np.ones(1)), ShapeError, "no output"),
         (lambda: dense.fftn(np.ones((2, 2)), s=(2,), axes=(0, 1)), ShapeError, "different lengths"),
         (lambda: dense.fftn(np.ones((2, 2)), axes=(0, 0)), ShapeError, "repeat"),
-        (lambda: dense.fft(np.ones(4), epilog="abs"), UnsupportedError, "callable"),
+        (lambda: dense.fft(np.ones(4), epilog="abs"), UstSyntaxError, "is a function"),
+        (lambda: dense.fft(np.ones(4), epilog=3), InvalidTypeError, "expression text"),
         (lambda: dense.FFT(np.ones(4), "dct"), UnsupportedError, "supported: fft"),
         (lambda: dense.fft(np.ones(4), options={"threads": 2}), UnsupportedError, "workers"),
     ],

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ust.plan.rules import Problem
 from ust.runtime.errors import ShapeError, UnsupportedError, UstError
 from ust.runtime.log import get_logger
 from ust.runtime.options import option
@@ -118,6 +119,22 @@ class FFTOptions:
         """Threads of ``scipy.fft`` on the CPU (its ``workers``); None: all cores.  The GPU
         (cuFFT) ignores it.""",
     )
+    callbacks: str = option(
+        "auto",
+        """Where a ``prolog=`` / ``epilog=`` runs on the GPU: ``"auto"`` fuses it into cuFFT as an LTO
+        callback where it can and runs one separate elementwise kernel otherwise (the log and
+        ``ust.explain`` say which and why); ``"fused"`` makes the lack of fusion a
+        BackendUnavailableError; ``"separate"`` always runs the separate kernel.  The CPU ignores it.""",
+        choices=("auto", "fused", "separate"),
+    )
+
+    def __post_init__(self) -> None:
+        from ust.api.fft_callbacks import CALLBACK_MODES
+
+        if self.callbacks not in CALLBACK_MODES:
+            raise UnsupportedError(
+                f"unknown callbacks={self.callbacks!r}; supported: {', '.join(CALLBACK_MODES)}"
+            )
 
 
 _O = TypeVar("_O", MatmulOptions, FFTOptions)
@@ -791,6 +808,7 @@ _FFT_ARGUMENTS: dict[str, tuple[str, str]] = {
 }
 FFT_KIND_NAMES = tuple(_FFT_ARGUMENTS)
 _FFT_ND = tuple(k for k, (size, _) in _FFT_ARGUMENTS.items() if size == "s")
+_FFT_INVERSE = ("ifft", "irfft", "ifftn")
 
 
 def _fft_args(kind: str, x: Any, n: Any, axes: Any, norm: Any) -> tuple[Any, Any]:
@@ -843,14 +861,6 @@ def _fft_args(kind: str, x: Any, n: Any, axes: Any, norm: Any) -> tuple[Any, Any
     return n, axes_t
 
 
-def _check_epilog(epilog: Any, args: Any) -> tuple[Any, ...]:
-    if epilog is not None and not callable(epilog):
-        raise UnsupportedError(
-            f"epilog must be a callable (e.g. a ufunc or a function), not {type(epilog).__name__}"
-        )
-    return tuple(args or ())
-
-
 def _cpu_epilog(y: np.ndarray, epilog: Any, args: tuple[Any, ...]) -> Any:
     """A ufunc runs in place on the output (NumPy's twin of a CuPy one); other callables as they are."""
     if type(epilog).__name__ == "ufunc":
@@ -869,23 +879,50 @@ def _one_shot_fft(
     n: Any,
     axes: Any,
     norm: Any,
-    epilog: Any,
-    epilog_args: Any,
+    callbacks: dict[str, Any],
     execution: Any,
     options: Any,
 ) -> Any:
     x = _arraylike(x)
     n, axes = _fft_args(kind, x, n, axes, norm)
-    args = _check_epilog(epilog, epilog_args)
-    if execution is None and epilog is None and operand_package(x) == "cupy":
-        # the plain GPU call: nothing moves, so skip the placement bookkeeping (one-shot cost is
-        # host time before cuFFT starts, and CuPy's own call is the yardstick)
-        from ust.backends.cuda import cufft
+    _options(FFTOptions, options)  # checked before any work, whichever path runs
+    if not any(v is not None for k, v in callbacks.items() if k != "epilog_args"):
+        if callbacks["epilog_args"]:
+            raise UnsupportedError("epilog_args were given without an epilog")
+        if execution is None and operand_package(x) == "cupy":
+            # the plain GPU call: nothing moves, so skip the placement bookkeeping (one-shot cost is
+            # host time before cuFFT starts, and CuPy's own call is the yardstick)
+            from ust.backends.cuda import cufft
 
-        space = operand_space(x)
-        log_placement(_log, space, space)
-        with x.device:
-            return cufft.one_shot(kind, x, n, axes, norm)
+            space = operand_space(x)
+            log_placement(_log, space, space)
+            with x.device:
+                return cufft.one_shot(kind, x, n, axes, norm)
+    elif _whole_array_epilog_only(callbacks):  # ust's older epilog(y, *args): no plan to keep
+        return _one_shot_with_array_epilog(kind, x, n, axes, norm, callbacks, execution, options)
+    with FFT(x, kind, n=n, axes=axes, norm=norm, execution=execution, options=options) as f:
+        f.plan(**callbacks)
+        return f.execute()
+
+
+def _whole_array_epilog_only(callbacks: Mapping[str, Any]) -> bool:
+    from ust.api.fft_callbacks import is_whole_array_epilog
+
+    return callbacks["prolog"] is None and is_whole_array_epilog(callbacks["epilog"])
+
+
+def _one_shot_with_array_epilog(
+    kind: str,
+    x: Any,
+    n: Any,
+    axes: Any,
+    norm: Any,
+    callbacks: Mapping[str, Any],
+    execution: Any,
+    options: Any,
+) -> Any:
+    """The transform, then ``epilog(y, *epilog_args)`` on the whole output (a ufunc in place)."""
+    epilog, args = callbacks["epilog"], tuple(callbacks["epilog_args"] or ())
     place = _placement({"x": x}, execution)
     xs = place.move(x, _log)
     args = tuple(place.move(v, _log) if hasattr(v, "shape") else v for v in args)
@@ -893,15 +930,13 @@ def _one_shot_fft(
         from ust.backends.cuda import cufft
 
         with import_cupy().cuda.Device(place.device_id):
-            y = cufft.one_shot(kind, xs, n, axes, norm)
-            if epilog is not None:
-                y = cufft.apply_epilog(y, epilog, args)
+            y = cufft.apply_epilog(cufft.one_shot(kind, xs, n, axes, norm), epilog, args)
     else:
         from ust.backends.cpu import dense as cpu
 
-        y = cpu.fft(kind, xs, n, axes, norm, _workers(_options(FFTOptions, options)))
-        if epilog is not None:
-            y = _cpu_epilog(y, epilog, args)
+        y = _cpu_epilog(
+            cpu.fft(kind, xs, n, axes, norm, _workers(_options(FFTOptions, options))), epilog, args
+        )
     return place.back(y)
 
 
@@ -915,12 +950,15 @@ def _one_shot(kind: str) -> Callable[..., Any]:
             axis: int = -1,
             norm: Any = None,
             *,
+            prolog: Any = None,
             epilog: Any = None,
+            params: Any = None,
             epilog_args: Any = (),
             execution: Any = None,
             options: Any = None,
         ) -> Any:
-            return _one_shot_fft(kind, x, n, axis, norm, epilog, epilog_args, execution, options)
+            cbs = {"prolog": prolog, "epilog": epilog, "params": params, "epilog_args": epilog_args}
+            return _one_shot_fft(kind, x, n, axis, norm, cbs, execution, options)
 
     else:
 
@@ -930,18 +968,26 @@ def _one_shot(kind: str) -> Callable[..., Any]:
             axes: Any = None,
             norm: Any = None,
             *,
+            prolog: Any = None,
             epilog: Any = None,
+            params: Any = None,
             epilog_args: Any = (),
             execution: Any = None,
             options: Any = None,
         ) -> Any:
-            return _one_shot_fft(kind, x, s, axes, norm, epilog, epilog_args, execution, options)
+            cbs = {"prolog": prolog, "epilog": epilog, "params": params, "epilog_args": epilog_args}
+            return _one_shot_fft(kind, x, s, axes, norm, cbs, execution, options)
 
     transform.__name__ = transform.__qualname__ = kind
     transform.__doc__ = (
         f"scipy.fft.{kind} on NumPy input (worker threads: options={{'workers': N}}), cuFFT on CuPy input.\n\n"
-        "``epilog(y, *epilog_args)`` runs on the output in one extra pass: a ufunc in place, any other\n"
-        "callable as one fused kernel on the GPU.  ``execution=`` moves the data as elsewhere in ust."
+        "``prolog=`` / ``epilog=``: expression text over the element ``v``, its index ``k`` (fftn: ``k0, k1,\n"
+        "...``), signed index ``f``, lengths ``n`` / ``N`` and ``params`` (scalars by name, arrays as ``h[k]``),\n"
+        "e.g. ``epilog='v * exp(-(f * f) / (2 * sigma * sigma))', params={'sigma': 3.0}``; or a Python\n"
+        "function in nvmath-python's callback convention (``params``: its info array).  On the GPU they\n"
+        "are fused into cuFFT as LTO callbacks where possible (see the user guide).  Any other\n"
+        "callable ``epilog(y, *epilog_args)`` runs on the whole output in one extra pass.  ``execution=``\n"
+        "moves the data as elsewhere in ust."
     )
     return transform
 
@@ -977,14 +1023,40 @@ class _CpuFFT:
         return {"workers": self.workers}
 
 
+class _CpuCallbackFFT(_CpuFFT):
+    """scipy.fft with the prologue / epilogue as one array program before / after it."""
+
+    route = "scipy.fft+pass"
+
+    def __init__(self, kind: str, n: Any, axes: Any, norm: Any, workers: int, cbs: Any) -> None:
+        super().__init__(kind, n, axes, norm, workers)
+        self.cbs = cbs
+        for phase, c in cbs.phases():
+            if hasattr(c, "trial"):
+                c.trial(np, cbs.geo.value_dtype(phase))
+
+    def run(self, x: Any, epilog: Any, args: tuple[Any, ...], stream: int | None) -> Any:
+        from ust.api.fft_callbacks import fit
+
+        cbs, geo = self.cbs, self.cbs.geo
+        if cbs.prolog is not None:
+            x = cbs.apply("prolog", fit(np, x, geo.in_shape, geo.in_dtype), np)
+        y = self.execute(x)
+        if cbs.epilog is not None:
+            y = cbs.apply("epilog", y, np)
+        return y if epilog is None else _cpu_epilog(y, epilog, args)
+
+
 class FFT(StatefulOperation):
     """One transform planned once and executed many times: ``FFT(x, "rfft").plan(); y = fft.execute()``.
 
     ``kind`` is one of fft, ifft, rfft, irfft (``n``: int, ``axes``: one axis, default -1) or fftn,
     ifftn (``n``: scipy's ``s`` tuple, ``axes``: a tuple).  On the GPU the object keeps its cuFFT plan
     (called directly for 1-D transforms of contiguous data); on the CPU scipy.fft runs with
-    ``options={"workers": N}`` threads.  ``plan(epilog=f, epilog_args=(g,))`` adds an elementwise
-    epilogue on the output.
+    ``options={"workers": N}`` threads.  ``plan(prolog=..., epilog=..., params={...})`` adds
+    callbacks (expression text or nvmath-style Python functions; see the user guide),
+    fused into cuFFT as LTO callbacks on the GPU where possible; ``plan(epilog=f,
+    epilog_args=(g,))`` with any other callable applies ``f(y, g)`` to the output in one extra pass.
     """
 
     kind = "dense.fft"
@@ -1012,23 +1084,43 @@ class FFT(StatefulOperation):
         self._runner: Any = None
         self._epilog: Any = None
         self._epilog_args: tuple[Any, ...] = ()
+        self._cbs: Any = None
+        self._fusion: tuple[bool, str] = (False, "")
 
     @property
     def route(self) -> str:
         return "unplanned" if self._runner is None else str(self._runner.route)
 
-    def plan(self, epilog: Any = None, epilog_args: Any = ()) -> None:
-        """Create the cuFFT plan (GPU) or fix the scipy.fft call (CPU); remember the epilogue."""
+    def _callbacks(self, prolog: Any, epilog: Any, params: Any, epilog_args: Any) -> Any:
+        """The checked callbacks (:func:`ust.api.fft_callbacks.build_callbacks`): errors before any work."""
+        from ust.api.fft_callbacks import build_callbacks, geometry
+
+        geo = geometry(self._transform, self._shape, self._dtype, self._n, self._axes, _FFT_ND)
+        return build_callbacks(geo, prolog, epilog, params, epilog_args)
+
+    def _problem(self, cbs: Any) -> Any:
+        from ust.api.fft_callbacks import fusion, norm_scale
+
+        self._fusion = (False, "")
+        if cbs.any and self._place.space.is_cuda:
+            scale = norm_scale(self._transform, self._norm, cbs.geo.sizes, _FFT_INVERSE)
+            self._fusion = fusion(cbs, scale, self.options.callbacks)
+        return fft_problem(self._place.space, self._dtype, callbacks=cbs.any, fusable=self._fusion[0])
+
+    def plan(self, prolog: Any = None, epilog: Any = None, params: Any = None, epilog_args: Any = ()) -> None:
+        """Create the cuFFT plan (GPU) or fix the scipy.fft call (CPU) with the callbacks checked and
+        compiled (``prolog`` / ``epilog``: text or functions, ``params``: their values)."""
         self._require("plan")
-        args = _check_epilog(epilog, epilog_args)
-        self._epilog = epilog
-        self._epilog_args = tuple(self._place.move(v, _log) if hasattr(v, "shape") else v for v in args)
+        cbs = self._callbacks(prolog, epilog, params, epilog_args)
+        self._cbs = cbs.moved(lambda v: self._place.move(v, _log))
+        self._epilog = cbs.legacy
+        self._epilog_args = self._cbs.legacy_args
         if self._runner is not None and hasattr(self._runner, "free"):
             self._runner.free()
         from ust.plan.planner import choose
         from ust.plan.routes import lookup
 
-        decision = choose(dense_problem("fft", self._place.space, self._dtype))
+        decision = choose(self._problem(cbs))
         self._runner = lookup("fft", decision.route).build(self)
         self._mark("plan")
         _log.info("FFT %s of %s %s: route %s", self._transform, self._dtype, self._shape, self._runner.route)
@@ -1091,7 +1183,15 @@ class FFT(StatefulOperation):
             return {"cufft": import_cupy("cupy.cuda.cufft").getVersion}
         return {}
 
-    def load_plan(self, path: str | os.PathLike[str], epilog: Any = None, epilog_args: Any = ()) -> bool:
+    def load_plan(
+        self,
+        path: str | os.PathLike[str],
+        epilog: Any = None,
+        epilog_args: Any = (),
+        *,
+        prolog: Any = None,
+        params: Any = None,
+    ) -> bool:
         """Check a saved FFT plan against these operands and plan (epilogues are code: pass them again).
 
         Returns True when the saved plan fits; False, after a WARNING that says why, when the object
@@ -1102,13 +1202,15 @@ class FFT(StatefulOperation):
         """
         self._require("load a plan")
         saved = self._checked_plan(path, self._saved_fft)
-        self.plan(epilog, epilog_args)
+        self.plan(prolog=prolog, epilog=epilog, params=params, epilog_args=epilog_args)
         return saved is not None
 
     def _saved_fft(self, plan: dict[str, Any], where: str) -> dict[str, Any]:
         """The saved FFT plan, every field checked against these operands; PlanFileError if unusable."""
         fields: dict[str, Any] = {"route": str, "key": dict}
         fields.update({"direct": bool} if self._place.space.is_cuda else {"workers": (int, type(None))})
+        if plan.get("fused") is not None:
+            fields["fused"] = bool
         plan = check_plan_fields(plan, fields, where=where)
         if plan["key"] != self._key():
             raise PlanFileError(
@@ -1138,6 +1240,53 @@ def dense_problem(op: str, space: ExecutionSpace, dtype: Any, *, empty: bool = F
         plain=True,
         max_extent=0 if empty else 1,
     )
+
+
+@dataclass(frozen=True)
+class FFTProblem(Problem):
+    """The planner's view of an FFT: a :class:`~ust.plan.rules.Problem` (``epilog``: any prologue or
+    epilogue callback) plus whether the GPU can fuse the callbacks into cuFFT."""
+
+    fusable: bool = False
+
+
+def fft_problem(space: ExecutionSpace, dtype: Any, *, callbacks: bool, fusable: bool) -> FFTProblem:
+    return FFTProblem(
+        op="fft",
+        device=space.kind,
+        format_class="DENSE",
+        format_params=(),
+        canonical=True,
+        dtype=str(dtype),
+        index_dtype="int64",
+        plain=not callbacks,
+        max_extent=1,
+        epilog=callbacks,
+        fusable=fusable,
+    )
+
+
+def fft_explanation(
+    x: Any, space: ExecutionSpace, kind: str = "fft", **kwargs: Any
+) -> tuple[FFTProblem, list[str]]:
+    """The planner's problem and the callback lines of ``ust.explain("fft", x, prolog=..., epilog=...)``
+    (``kwargs``: n / s, axis / axes, norm, prolog, epilog, params, epilog_args, options); nothing runs."""
+    from ust.api.fft_callbacks import build_callbacks, describe, fusion, geometry, norm_scale
+
+    size_name, axes_name = _FFT_ARGUMENTS.get(kind, ("n", "axis"))
+    norm = kwargs.get("norm")
+    n, axes = _fft_args(kind, x, kwargs.get(size_name), kwargs.get(axes_name), norm)
+    dtype = _dtype_name(x)
+    geo = geometry(kind, tuple(x.shape), dtype, n, axes, _FFT_ND)
+    cbs = build_callbacks(
+        geo, kwargs.get("prolog"), kwargs.get("epilog"), kwargs.get("params"), kwargs.get("epilog_args", ())
+    )
+    fused: tuple[bool, str] | None = None
+    if cbs.any and space.is_cuda:
+        mode = _options(FFTOptions, kwargs.get("options")).callbacks
+        fused = fusion(cbs, norm_scale(kind, norm, geo.sizes, _FFT_INVERSE), mode)
+    problem = fft_problem(space, dtype, callbacks=cbs.any, fusable=bool(fused and fused[0]))
+    return problem, describe(cbs, space.is_cuda, fused)
 
 
 def _build_empty(m: Matmul, algorithm: Any = None) -> Any:
@@ -1191,6 +1340,23 @@ def _build_cufft(f: FFT) -> Any:
     return GpuFFT(f._transform, f._x, f._n, f._axes, f._norm, f._place.device_id)
 
 
+def _build_cufft_callbacks(f: FFT) -> Any:
+    """GPU: cuFFT with the callbacks linked into its kernels (LTO callbacks), or, where they cannot
+    be fused, with one generated elementwise kernel before / after a plain cuFFT call."""
+    from ust.api.fft_callbacks import GpuCallbackFFT, norm_scale
+
+    scale = norm_scale(f._transform, f._norm, f._cbs.geo.sizes, _FFT_INVERSE)
+    fused, reason = f._fusion
+    return GpuCallbackFFT(
+        f._cbs, f._transform, f._n, f._axes, f._norm, f._place.device_id, fused, reason, scale
+    )
+
+
+def _build_scipy_fft_pass(f: FFT) -> Any:
+    """CPU: scipy.fft with the callbacks as one array program before / after it."""
+    return _CpuCallbackFFT(f._transform, f._n, f._axes, f._norm, _workers(f.options), f._cbs)
+
+
 def _build_scipy_fft(f: FFT) -> Any:
     """CPU: scipy.fft with the configured worker threads (it keeps its own plan cache)."""
     return _CpuFFT(f._transform, f._n, f._axes, f._norm, _workers(f.options))
@@ -1204,7 +1370,10 @@ def _register_routes() -> None:
         ("dense_matmul", "empty", _build_empty),
         ("dense_matmul", "numpy", _build_numpy),
         ("fft", "cufft", _build_cufft),
+        ("fft", "cufft.callbacks", _build_cufft_callbacks),
+        ("fft", "cufft+kernel", _build_cufft_callbacks),
         ("fft", "scipy.fft", _build_scipy_fft),
+        ("fft", "scipy.fft+pass", _build_scipy_fft_pass),
     )
     for op, name, build in builds:
         register(Route(op, name, build, doc=build.__doc__ or ""))

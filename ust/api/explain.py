@@ -222,9 +222,10 @@ def explain_iterative(
     return "\n".join(lines)
 
 
-def explain_dense(op: str, *operands: Any, execution: Any = None, **_: Any) -> str:
-    """The dense route (cuBLASLt / BLAS for ``dense_matmul``, cuFFT / scipy.fft for ``fft``)."""
-    from ust.api.dense import dense_problem
+def explain_dense(op: str, *operands: Any, execution: Any = None, **kwargs: Any) -> str:
+    """The dense route (cuBLASLt / BLAS for ``dense_matmul``, cuFFT / scipy.fft for ``fft``; with
+    ``prolog=`` / ``epilog=``, whether cuFFT fuses them)."""
+    from ust.api.dense import dense_problem, fft_explanation
     from ust.runtime.spaces import resolve_space
 
     names = ("a", "b") if op == "dense_matmul" else ("x",)
@@ -232,7 +233,12 @@ def explain_dense(op: str, *operands: Any, execution: Any = None, **_: Any) -> s
     space = resolve_space(arrays, execution)
     dtype = np.result_type(*(np.dtype(str(x.dtype).replace("torch.", "")) for x in arrays.values()))
     empty = op == "dense_matmul" and any(0 in tuple(x.shape) for x in arrays.values())
-    d = decide(dense_problem(op, space, dtype, empty=empty))
+    extra: list[str] = []
+    if op == "fft":
+        problem, extra = fft_explanation(arrays["x"], space, **kwargs)
+        d = decide(problem)
+    else:
+        d = decide(dense_problem(op, space, dtype, empty=empty))
     what = "A @ B with every operand dense" if op == "dense_matmul" else "FFT of a dense array"
-    lines = [f"operation: {op} ({what})", f"execution space: {space.describe()}", *decision_lines(d)]
+    lines = [f"operation: {op} ({what})", f"execution space: {space.describe()}", *decision_lines(d), *extra]
     return "\n".join(lines)

@@ -75,6 +75,7 @@ class Epilog:
                 if e.op in _COMPARISONS:
                     return f"(({real_type})({emit(e.left)} {e.op} {emit(e.right)}))"
                 return f"({emit(e.left)} {e.op} {emit(e.right)})"
+            assert isinstance(e, ast.Call)  # compile_epilog refuses subscripts
             args = [emit(a) for a in e.args]
             if e.fn == "where":
                 return f"(({args[0]}) != 0 ? ({args[1]}) : ({args[2]}))"
@@ -109,6 +110,7 @@ class Epilog:
             if isinstance(e, ast.BinOp):
                 a, b = ev(e.left), ev(e.right)
                 return _BINARY[e.op](a, b)
+            assert isinstance(e, ast.Call)  # compile_epilog refuses subscripts
             args = [ev(a) for a in e.args]
             if e.fn == "where":
                 return xp.where(args[0], args[1], args[2])
@@ -193,6 +195,11 @@ def _compile_epilog(text: str, value: str) -> Epilog:
         elif isinstance(e, ast.BinOp):
             check(e.left)
             check(e.right)
+        elif isinstance(e, ast.Index):
+            raise UnsupportedError(
+                f"epilogue {text!r}: subscripts such as {e.name}[...] are supported in FFT callbacks only "
+                "(ust.dense.fft(..., epilog=...)); pass scalars here"
+            )
         elif isinstance(e, ast.Call):
             if e.fn not in _FUNCTIONS:
                 raise UnsupportedError(

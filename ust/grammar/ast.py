@@ -171,7 +171,19 @@ class Call:
         object.__setattr__(self, "depth", 1 + max((a.depth for a in self.args), default=0))
 
 
-ExprAST = Num | Var | BinOp | Neg | Call
+@dataclass(frozen=True)
+class Index:
+    """``name[args...]``: an element of an array parameter (FFT callbacks: ``h[k]``)."""
+
+    name: str
+    args: tuple[ExprAST, ...]
+    depth: int = field(init=False, default=1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", 1 + max((a.depth for a in self.args), default=0))
+
+
+ExprAST = Num | Var | BinOp | Neg | Call | Index
 
 
 # ------------------------------------------------------------------------- index notation

@@ -253,6 +253,9 @@ class _ToAst(Transformer):
     def call_e(self, name: Token, *args: ast.ExprAST) -> ast.ExprAST:
         return _deep(ast.Call(str(name), tuple(args)))
 
+    def index_e(self, name: Token, *args: ast.ExprAST) -> ast.ExprAST:
+        return _deep(ast.Index(str(name), tuple(args)))
+
     def compare_e(self, a: ast.ExprAST, op: Token, b: ast.ExprAST) -> ast.ExprAST:
         return _deep(ast.BinOp(str(op), a, b))
 

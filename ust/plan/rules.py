@@ -325,6 +325,8 @@ _ITERATIVE_RULES: tuple[Rule, ...] = (
 )
 
 _CONDITIONS["empty"] = lambda p: p.max_extent == 0  # dense problems: the smallest of m, n, k
+_CONDITIONS["fft_callbacks"] = lambda p: p.epilog  # an FFT with a prologue or epilogue callback
+_CONDITIONS["fft_fused"] = lambda p: p.epilog and getattr(p, "fusable", False)  # ... that cuFFT can link in
 _DENSE_RULES: tuple[Rule, ...] = (
     Rule("dense_matmul", "cuda", ANY, "empty",
          "an empty product (m, n or k is 0): D is C scaled by beta, or zeros; no library call",
@@ -335,8 +337,17 @@ _DENSE_RULES: tuple[Rule, ...] = (
     Rule("dense_matmul", "cpu", ANY, "numpy",
          "BLAS gemm through SciPy for 2-D BLAS dtypes, NumPy's matmul otherwise; the epilogue in place",
          dtypes=ANY, index_dtypes=ANY),
+    Rule("fft", "cuda", ANY, "cufft.callbacks",
+         "cuFFT with the prologue / epilogue compiled to LTO-IR and linked into its kernels "
+         "(cufftXtSetJITCallback): no extra pass over memory", dtypes=ANY, index_dtypes=ANY, when="fft_fused"),
+    Rule("fft", "cuda", ANY, "cufft+kernel",
+         "cuFFT plus one generated elementwise kernel for the prologue / epilogue (they cannot be fused "
+         "here: see the callback lines)", dtypes=ANY, index_dtypes=ANY, when="fft_callbacks"),
     Rule("fft", "cuda", ANY, "cufft", "cuFFT plan for this shape, dtype and axes, reused on every execute",
          dtypes=ANY, index_dtypes=ANY),
+    Rule("fft", "cpu", ANY, "scipy.fft+pass",
+         "scipy.fft with the prologue / epilogue as one array program before / after it",
+         dtypes=ANY, index_dtypes=ANY, when="fft_callbacks"),
     Rule("fft", "cpu", ANY, "scipy.fft", "scipy.fft (pocketfft) with the configured worker threads",
          dtypes=ANY, index_dtypes=ANY),
 )

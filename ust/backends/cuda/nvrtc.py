@@ -108,6 +108,9 @@ def load_nvrtc() -> ctypes.CDLL:
     lib.nvrtcGetCUBIN.argtypes = [vp, ctypes.c_char_p]
     lib.nvrtcGetPTXSize.argtypes = [vp, ctypes.POINTER(sz)]
     lib.nvrtcGetPTX.argtypes = [vp, ctypes.c_char_p]
+    if hasattr(lib, "nvrtcGetLTOIR"):  # CUDA >= 12.0: link-time-optimisable IR (``-dlto``)
+        lib.nvrtcGetLTOIRSize.argtypes = [vp, ctypes.POINTER(sz)]
+        lib.nvrtcGetLTOIR.argtypes = [vp, ctypes.c_char_p]
     lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
     lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
@@ -131,12 +134,17 @@ def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
 def compile_cuda(
     source: str, options: tuple[str, ...], *, name: str = "ust.cu", target: str = "cubin"
 ) -> bytes:
-    """Compile ``source`` with NVRTC and return the cubin (or PTX, ``target="ptx"``) bytes.
+    """Compile ``source`` with NVRTC and return the cubin (PTX: ``target="ptx"``, LTO-IR: ``"ltoir"``) bytes.
 
-    ``options`` must name the architecture (``--gpu-architecture=sm_90`` for a cubin).
+    ``options`` must name the architecture (``--gpu-architecture=sm_90`` for a cubin); LTO-IR
+    needs ``-dlto`` among them and an NVRTC of CUDA 12 or later (BackendUnavailableError otherwise).
     A program that does not compile raises :class:`NvrtcError` carrying NVRTC's log.
     """
     lib = load_nvrtc()
+    if target == "ltoir" and not hasattr(lib, "nvrtcGetLTOIR"):
+        raise BackendUnavailableError(
+            "this NVRTC cannot emit LTO-IR (CUDA 12 or later needed)", pip_command=PIP_COMMAND
+        )
     prog = ctypes.c_void_p()
     with _lock:
         _check(
@@ -155,11 +163,12 @@ def compile_cuda(
         log = buf.value.decode(errors="replace")
         if status != 0:
             raise NvrtcError(f"NVRTC could not compile {name} (options {' '.join(options)})", log)
-        get_size, get = (
-            (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
-            if target == "cubin"
-            else (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
-        )
+        get_size, get = {
+            "cubin": (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN),
+            "ptx": (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX),
+            "ltoir": (getattr(lib, "nvrtcGetLTOIRSize", None), getattr(lib, "nvrtcGetLTOIR", None)),
+        }[target]
+        assert get_size is not None and get is not None  # checked above
         get_size(prog, ctypes.byref(size))
         out = ctypes.create_string_buffer(size.value)
         _check(lib, get(prog, out), f"reading the {target}")
