@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from ust.grammar import ast
-from ust.grammar.parser import parse_epilog
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, UnsupportedError
 
 __all__ = ["BUILTIN", "Semiring", "resolve_semiring"]
@@ -60,7 +59,7 @@ class Semiring:
                 raise InvalidTypeError(
                     f"Semiring {what} must be DSL text over a and b, not {type(text).__name__}"
                 )
-            _check(parse_epilog(text), what)
+            _check(_parse(text), what)
         if not isinstance(self.identity, (int, float)) or isinstance(self.identity, bool):
             raise InvalidTypeError(f"Semiring identity must be a number, not {type(self.identity).__name__}")
 
@@ -84,14 +83,14 @@ class Semiring:
         """Combine two arrays of partial results elementwise."""
         if self.name == "or_and":
             return ((a != 0) | (b != 0)).astype(np.result_type(a, b))
-        return _np(parse_epilog(self.add), a, b)
+        return _np(_parse(self.add), a, b)
 
     def mul_np(self, a: Any, b: Any) -> Any:
         if self.name == "or_and":
             return ((a != 0) & (b != 0)).astype(np.result_type(a, b))
         if self.name == "plus_pair":
             return np.ones_like(np.asarray(a) + np.asarray(b))
-        return _np(parse_epilog(self.multiply), a, b)
+        return _np(_parse(self.multiply), a, b)
 
     def check_dtype(self, dtype: Any) -> None:
         """Refuse a value dtype the semiring cannot take (before any work)."""
@@ -102,6 +101,12 @@ class Semiring:
             raise UnsupportedError(
                 f"semiring {self.label} is not defined for complex values ({dt}): min and max need an order"
             )
+
+
+def _parse(text: str) -> ast.ExprAST:
+    from ust.grammar.parser import parse_epilog  # Lark is loaded when a semiring is first used
+
+    return parse_epilog(text)
 
 
 def _check(e: ast.ExprAST, what: str) -> None:
