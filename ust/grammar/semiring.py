@@ -9,8 +9,9 @@ into IR.  Positions not stored are the additive identity.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,18 +147,38 @@ def _np(e: ast.ExprAST, a: Any, b: Any) -> Any:
 
 
 _INF = float("inf")
+
+
+class _Builtins(Mapping[str, Semiring]):
+    """GraphBLAS's built-in semirings by name, made (and their text checked, which loads the
+    parser) on first use, not when ``ust`` is imported."""
+
+    @functools.cached_property
+    def _table(self) -> dict[str, Semiring]:
+        return {
+            s.name: s
+            for s in (
+                Semiring("a + b", "a * b", 0, "plus_times", atomic="+", ring=True, takes="any"),
+                Semiring("min(a, b)", "a + b", _INF, "min_plus", atomic="min"),
+                Semiring("max(a, b)", "a + b", -_INF, "max_plus", atomic="max"),
+                Semiring("max(a, b)", "a * b", -_INF, "max_times", atomic="max"),
+                Semiring("max(a, b)", "a * b", 0, "or_and", atomic="max", takes="logical"),
+                Semiring("a + b", "1", 0, "plus_pair", atomic="+", takes="any"),
+            )
+        }
+
+    def __getitem__(self, name: str) -> Semiring:
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
 #: GraphBLAS's built-in semirings by name.
-BUILTIN: dict[str, Semiring] = {
-    s.name: s
-    for s in (
-        Semiring("a + b", "a * b", 0, "plus_times", atomic="+", ring=True, takes="any"),
-        Semiring("min(a, b)", "a + b", _INF, "min_plus", atomic="min"),
-        Semiring("max(a, b)", "a + b", -_INF, "max_plus", atomic="max"),
-        Semiring("max(a, b)", "a * b", -_INF, "max_times", atomic="max"),
-        Semiring("max(a, b)", "a * b", 0, "or_and", atomic="max", takes="logical"),
-        Semiring("a + b", "1", 0, "plus_pair", atomic="+", takes="any"),
-    )
-}
+BUILTIN: Mapping[str, Semiring] = _Builtins()
 
 
 def resolve_semiring(s: Any) -> Semiring:
