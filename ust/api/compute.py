@@ -654,7 +654,10 @@ class Compute(StatefulOperation):
     def decision(self) -> Decision:
         return plan_choose(self._problem(), None)
 
-    def _build(self, order: Sequence[str] | None = None, mode: str | None = None) -> _Plan:
+    def _build(
+        self, order: Sequence[str] | None = None, mode: str | None = None, gpu: bool | None = None
+    ) -> _Plan:
+        """Order, conversions, lowering and (for this device, ``gpu`` None) the compiled library."""
         from ust.codegen.compute_lower import OperandSpec
         from ust.codegen.loop_order import AccessLayout, choose_order
 
@@ -684,8 +687,10 @@ class Compute(StatefulOperation):
             else:
                 layouts.append(AccessLayout(name, False, None))
         sparse_out = self._result_kind == "sparse"
+        here = self.device.startswith("cuda")
+        on_gpu = here if gpu is None else gpu
         user_order = order if order is not None else self.options.get("order")
-        lo = choose_order(expr, layouts, sparse_out=sparse_out, user_order=user_order)
+        lo = choose_order(expr, layouts, sparse_out=sparse_out, user_order=user_order, gpu=on_gpu)
         notes: list[str] = []
         conversions = dict(lo.conversions)
         for name, dims in conversions.items():
@@ -715,7 +720,6 @@ class Compute(StatefulOperation):
             else:
                 specs.append(OperandSpec(name, len(_shape(o)), None))
         output = self._result_kind
-        on_gpu = self.device.startswith("cuda")
         vdt = self._dtype
         mode = mode or self.options.get("mode")
         ck = self._lower(expr, tuple(specs), lo.order, output, str(vdt), mode, on_gpu, extents)
@@ -736,8 +740,9 @@ class Compute(StatefulOperation):
             d.reason,
             notes=notes,
         )
-        plan.library = route_of(d.rule).build(plan)
-        self._ops_run = ops
+        if on_gpu == here:  # (source() for the other device lowers only)
+            plan.library = route_of(d.rule).build(plan)
+            self._ops_run = ops
         return plan
 
     def _lower(
@@ -999,11 +1004,13 @@ class Compute(StatefulOperation):
 
         if target not in ("c", "cuda", "ir"):
             raise InvalidValueError(f"target must be 'c', 'cuda' or 'ir', not {target!r}")
-        p = self._plan_obj if self._plan_obj is not None else self._build()
-        on_gpu = target == "cuda" or (target == "ir" and p.device.startswith("cuda"))
+        here = self.device.startswith("cuda")
+        on_gpu = target == "cuda" or (target == "ir" and here)
+        if on_gpu == here:
+            p = self._plan_obj if self._plan_obj is not None else self._build()
+        else:
+            p = self._build(gpu=on_gpu)
         ck = p.ck
-        if on_gpu != p.device.startswith("cuda"):
-            ck = self._lower(p.expr, p.specs, p.order, p.output, str(p.value_dtype), None, on_gpu, p.extents)
         if target == "ir":
             return "".join(to_text(k) for k in ck.kernels)
         return emit_compute_cuda(list(ck.kernels)) if on_gpu else emit_compute_c(list(ck.kernels))

@@ -234,6 +234,7 @@ class _Lowerer:
         #: the fill pass writes whole blocks of rows back to back (the CPU's one-pass assembly)
         self.blocks = pass_ == "fill" and blocks
         self.used_blocks = False
+        self.flat: list[str] = []  # output indices flattened into the GPU grid after the outer loop
         self.names = 0
         outs = set(expr.out_indices)
         prefix: list[str] = []
@@ -743,6 +744,31 @@ class _Lowerer:
                 ps.append(Param("ws_val", "vbuf", const=False))
         return tuple(ps)
 
+    def flatten_outputs(self, body: list[Stmt]) -> list[Stmt]:
+        """On the GPU: counted loops over output indices perfectly nested in the outer parallel
+        loop become parallel too (tag ``cols``); the emitter flattens them into the grid, one
+        thread per output slot."""
+        if not (self.atomic and self.output == "dense" and self.owned):
+            return body
+        out = list(body)
+        for n, s in enumerate(out):
+            if isinstance(s, Loop) and s.parallel:
+                out[n] = self._flatten(s)
+        return out
+
+    def _flatten(self, lp: Loop) -> Loop:
+        inner = lp.body.body
+        if len(inner) != 1 or not isinstance(inner[0], Loop):
+            return lp
+        il = inner[0]
+        v = il.var[2:] if il.var.startswith("x_") else ""
+        full = isinstance(il.lo, Const) and il.lo.value == 0 and il.hi == ext(v)
+        if not (v in self.expr.out_indices and full and not il.parallel):
+            return lp
+        self.flat.append(v)
+        il = dataclasses.replace(il, parallel=True, tag="cols")
+        return dataclasses.replace(lp, body=Block((self._flatten(il),)))
+
     def kernel(self, name: str) -> Kernel:
         body = self.nest(
             self.order,
@@ -750,8 +776,10 @@ class _Lowerer:
             {a.id: _State() for a in self.accesses},
             dict.fromkeys(range(len(self.expr.terms)), TRUE),
         )
+        body = self.flatten_outputs(body)
         meta = (
             ("compute", True),
+            ("flat", tuple(self.flat)),
             ("parallel", self.parallel),
             ("pass", self.pass_),
             ("reduce_add", add_ir(self.sr, Var("ust_ra"), Var("ust_rb"))),

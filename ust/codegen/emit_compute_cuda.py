@@ -155,6 +155,17 @@ class _ComputeCuda(CStyleRenderer):
         if self.g > 1:
             self.group_rows(s, depth)
             return
+        chain = [s]
+        while (
+            len(chain[-1].body.body) == 1
+            and isinstance(chain[-1].body.body[0], Loop)
+            and chain[-1].body.body[0].parallel
+            and chain[-1].body.body[0].tag == "cols"
+        ):
+            chain.append(chain[-1].body.body[0])
+        if len(chain) > 1:
+            self.flat_loops(chain, depth)
+            return
         it = self.it
         self.out(depth, "{")
         d = depth + 1
@@ -166,6 +177,32 @@ class _ComputeCuda(CStyleRenderer):
             f"{s.var} += ({it})gridDim.x * blockDim.x) {{",
         )
         self.block(s.body, d + 1)
+        self.out(d, "}")
+        self.out(depth, "}")
+
+    def flat_loops(self, chain: list[Loop], depth: int) -> None:
+        """The outer loop and the output loops nested in it as one grid-stride index (the last
+        fastest, so neighbouring threads touch neighbouring output and dense-operand slots)."""
+        it = self.it
+        self.out(depth, "{")
+        d = depth + 1
+        for n, lp in enumerate(chain):
+            self.out(d, f"const {it} ust_lo{n} = {self.expr(lp.lo)};")
+            self.out(d, f"const {it} ust_e{n} = {self.expr(lp.hi)} - ust_lo{n};")
+        total = " * ".join(f"ust_e{n}" for n in range(len(chain)))
+        self.out(
+            d,
+            f"for ({it} ust_f = ({it})blockIdx.x * blockDim.x + threadIdx.x; ust_f < {total}; "
+            f"ust_f += ({it})gridDim.x * blockDim.x) {{",
+        )
+        self.out(d + 1, f"{it} ust_r = ust_f;")
+        for n in reversed(range(len(chain))):
+            if n:
+                self.out(d + 1, f"const {it} {chain[n].var} = ust_lo{n} + ust_r % ust_e{n};")
+                self.out(d + 1, f"ust_r /= ust_e{n};")
+            else:
+                self.out(d + 1, f"const {it} {chain[n].var} = ust_lo{n} + ust_r;")
+        self.block(chain[-1].body, d + 1)
         self.out(d, "}")
         self.out(depth, "}")
 
@@ -252,7 +289,11 @@ class _ComputeCuda(CStyleRenderer):
 
 def supports_groups(k: Kernel) -> bool:
     """Whether ``k`` has a row reduction loop that a group of lanes may share."""
-    return any(isinstance(n, Loop) and n.reduce for n in walk(k.body)) and bool(k.info.get("parallel"))
+    return (
+        any(isinstance(n, Loop) and n.reduce for n in walk(k.body))
+        and bool(k.info.get("parallel"))
+        and not k.info.get("flat")
+    )
 
 
 def kernel_name(k: Kernel, group: int) -> str:

@@ -8,7 +8,9 @@ fewer converted entries; an output index outermost (the outer parallel loop then
 output, and a sparse output is assembled row by row); counted loops (indices no sparse level
 stores) inside the sparse ones, so that sparse levels are walked once (MTTKRP's rank index
 innermost); for a sparse result, a longer run of output indices in front (less workspace);
-dense operands walked along their contiguous last dimension.
+dense operands walked along their contiguous last dimension.  On the GPU, where each thread
+takes one output slot, output indices go in front instead (threads walk the sparse levels
+side by side, and the leading output loops are flattened into the grid).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def _score(
     layouts: dict[str, AccessLayout],
     seqs: dict[str, list[tuple[str, ...]]],
     sparse_out: bool,
+    gpu: bool = False,
 ) -> tuple[int, ...] | None:
     pos = {v: n for n, v in enumerate(order)}
     outs = set(expr.out_indices)
@@ -100,7 +103,9 @@ def _score(
     # levels once per coordinate: MTTKRP's rank index belongs innermost
     stored = {v for lst in seqs.values() for seq in lst for v in seq}
     rewalks = sum(1 for a, b in itertools.combinations(order, 2) if a not in stored and b in stored)
-    prefer_prefix = -prefix if sparse_out else 0
+    if gpu:  # other GPU threads walk them again, at the same time: output indices in front instead
+        rewalks = 0
+    prefer_prefix = -prefix if (sparse_out or gpu) else 0
     return (cost, owned, rewalks, prefer_prefix, dense_inversions, out_inversions)
 
 
@@ -127,6 +132,7 @@ def choose_order(
     *,
     sparse_out: bool,
     user_order: Sequence[str] | str | None = None,
+    gpu: bool = False,
 ) -> LoopOrder:
     """The loop order and the operands to convert so that it walks every operand in order."""
     lay = {x.name: x for x in layouts}
@@ -151,7 +157,7 @@ def choose_order(
         candidates = [indices]
     best: tuple[tuple[int, ...], tuple[str, ...]] | None = None
     for order in candidates:
-        s = _score(order, expr, lay, seqs, sparse_out)
+        s = _score(order, expr, lay, seqs, sparse_out, gpu)
         if s is not None and (best is None or s < best[0]):
             best = (s, order)
     if best is None:  # only a user order can fail the sparse-output rule, and it raised above

@@ -44,6 +44,7 @@ class CudaComputeLibrary:
         self._specs: dict[str, Any] = {}
         self._grouped = {k.name for k in ck.kernels if supports_groups(k)}
         self._outer = f"E_{ck.order[0]}" if ck.order else ""
+        self._flat: dict[str, tuple[str, ...]] = {k.name: tuple(k.info.get("flat", ())) for k in ck.kernels}  # type: ignore[arg-type]
         self.seconds = time.perf_counter() - t0
         _log.info("compute CUDA kernels: %s in %.1f ms", self.how, 1e3 * self.seconds)
 
@@ -79,6 +80,8 @@ class CudaComputeLibrary:
         if group not in GROUPS:
             group = 1
         outer = int(args.get(self._outer, 1)) if self._outer else 1
+        for v in self._flat.get(k.name, ()):
+            outer *= int(args[f"E_{v}"])
         blocks = max(1, min((outer * group + BLOCK - 1) // BLOCK, MAX_BLOCKS)) if self.ck.parallel else 1
         fn = self.fns[kernel_name(k, group)]
         if cp.cuda.runtime.getDevice() == self.device_id:
