@@ -745,6 +745,26 @@ class Compute(StatefulOperation):
             self._ops_run = ops
         return plan
 
+    def _check_memory(self) -> None:
+        """A dense result (or the rows of a sparse one) that cannot exist: ShapeError before any work."""
+        from ust.tensor.limits import check_bytes, check_dense
+
+        xp = _xp_of(self.device) if self.device.startswith("cuda") and not self._placement.moves else np
+        expr = self._expr0
+        shape = tuple(self._extents[i] for i in expr.out_indices)
+        if self._result_kind == "dense":
+            check_dense(
+                xp,
+                shape,
+                self._dtype,
+                f"the dense result {expr.output}{shape}",
+                "ask for a sparse out_format",
+            )
+        elif self._result_kind == "sparse" and shape:
+            check_bytes(
+                xp, 16 * (shape[0] + 1), f"the row pointers of the sparse result {expr.output}{shape}"
+            )
+
     def _lower(
         self,
         expr: IndexExpr,
@@ -795,6 +815,7 @@ class Compute(StatefulOperation):
 
     def _plan(self) -> None:
         t0 = time.perf_counter()
+        self._check_memory()
         self._plan_obj = self._build()
         p = self._plan_obj
         _log.info("compute %s: route %s on %s, %s", p.expr.text(), p.route, p.device, p.order_reason)
