@@ -45,7 +45,7 @@ from ust.plan.routes import Route, register, route_of
 from ust.plan.rules import Problem
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
-from ust.runtime.placement import Placement
+from ust.runtime.placement import Placement, is_planning_only
 from ust.runtime.stateful import PlanFileError, StatefulOperation, ust_version
 from ust.tensor import Tensor
 
@@ -419,11 +419,15 @@ def _split_aliases(expr: IndexExpr, ops: dict[str, _Operand]) -> IndexExpr:
 def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
     """The levels of ``t`` as the compiler walks them, or None when its format must be converted
     (affine or range levels, batches, unordered levels, duplicates)."""
+    if t.is_batched or not t.has_canonical_format:
+        return None
+    return format_levels(t.format)
+
+
+def format_levels(fmt: Format) -> tuple[LevelSpec, ...] | None:
+    """The levels of ``fmt`` as the compiler walks them, or None (see :func:`walk_levels`)."""
     from ust.codegen.compute_lower import LevelSpec
 
-    fmt = t.format
-    if t.is_batched:
-        return None
     out: list[LevelSpec] = []
     for _k, lv in enumerate(fmt.levels):
         if not isinstance(lv.expr, Dim) or lv.format not in _LEVEL_KIND:
@@ -442,9 +446,24 @@ def walk_levels(t: Tensor) -> tuple[LevelSpec, ...] | None:
             return None
     if any(x.kind == "singleton" and (k == 0 or out[k - 1].kind == "dense") for k, x in enumerate(out)):
         return None
-    if not t.has_canonical_format:
-        return None
     return tuple(out)
+
+
+def _why_convert(t: Tensor) -> str:
+    """Why the compiler cannot walk ``t`` as it is stored."""
+    if t.is_batched:
+        return "batched formats are walked member by member only through a format without batches"
+    lv = format_levels(t.format)
+    if lv is None:
+        if any(not isinstance(x.expr, Dim) for x in t.format.levels):
+            return (
+                "its levels store expressions of the indices (diagonals, blocks), not the indices themselves"
+            )
+        first = t.format.levels[0]
+        if first.format is LevelFormat.COMPRESSED and not first.type.unique:
+            return "its first level stores duplicates (COO): walked as it is, the outer loop would run on one thread"
+        return "its level types (range, structured, unordered) are not walked level by level"
+    return "it is not canonical (unsorted or duplicate entries): duplicates are summed"
 
 
 def _convert_keeping_slots(t: Tensor, target: Format) -> Tensor:
@@ -664,10 +683,11 @@ class Compute(StatefulOperation):
         expr = self._expr0
         ops = dict(self._ops)
         pl = self._placement
+        planning = is_planning_only()  # ust.explain: nothing moves, converts or compiles
         for n, o in list(ops.items()):
             if o.kind == SPARSE:
                 ops[n] = _Operand(n, SPARSE, pl.tensor(o.value))
-            elif o.kind == DENSE:
+            elif o.kind == DENSE and not planning:
                 ops[n] = _Operand(n, DENSE, pl.move(o.value))
         expr = _diagonals(expr, ops, None)
         expr = _split_aliases(expr, ops)
@@ -696,18 +716,13 @@ class Compute(StatefulOperation):
         for name, dims in conversions.items():
             t: Tensor = ops[name].value
             target = fitting_format(t.ndim, dims, t.shape, t.nse)
-            why = (
-                "its format cannot be walked level by level, or its first level stores duplicates "
-                "(the outer loop would run on one thread)"
-                if walk.get(name) is None
-                else "its level order does not fit the loop order"
-            )
+            why = _why_convert(t) if walk.get(name) is None else "its level order does not fit the loop order"
             notes.append(
                 f"{name.split('#')[0]} ({t.format.map_text()}) converted once to {target.map_text()}: {why}"
             )
-            if not t.has_canonical_format and walk.get(name) is None:
-                t = t.copy()
-                t.sum_duplicates()
+            if planning:
+                walk[name] = format_levels(target)
+                continue
             ops[name] = _Operand(name, SPARSE, _convert_keeping_slots(t, target))
             walk[name] = walk_levels(ops[name].value)
             if walk[name] is None:  # pragma: no cover - a fitting format is always walkable
@@ -740,7 +755,7 @@ class Compute(StatefulOperation):
             d.reason,
             notes=notes,
         )
-        if on_gpu == here:  # (source() for the other device lowers only)
+        if on_gpu == here and not planning:  # (source() for the other device and explain lower only)
             plan.library = route_of(d.rule).build(plan)
             self._ops_run = ops
         return plan
