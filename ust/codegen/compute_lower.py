@@ -563,6 +563,9 @@ class _Lowerer:
         assert isinstance(lp, Loop)
         if any(isinstance(x, (Loop, While, Store, Accumulate)) for x in walk(lp.body)):
             return body
+        outside = [x for n, st in enumerate(body) if n != loops[0] for x in walk(st)]
+        if any(isinstance(x, Assign) and x.name == "acc" for x in outside):
+            return body  # a term summed outside the loop: every lane would add it
         out = list(body)
         out[loops[0]] = dataclasses.replace(lp, reduce="acc")
         return out
