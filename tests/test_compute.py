@@ -336,6 +336,22 @@ def test_diagonals(fa: str) -> None:
     check(ust.einsum("ii->i", D), np.diag(D))
 
 
+@pytest.mark.parametrize("fa", ["CSR", "COO", "CSC"])
+def test_diagonal_under_semirings(fa: str) -> None:
+    """A diagonal read of a sparse operand keeps only its stored diagonal slots as entries."""
+    A = sp.csr_array(np.array([[2.0, 1, 0], [0, 0, 3], [0, 0, -1]]))  # A(1,1) not stored
+    a = to_fmt(A, fa)
+    x = np.array([5.0, 7.0, 11.0])
+    inf = np.inf
+    check(ust.compute("C(k) = A(k, k)", A=a, semiring="min_plus"), np.array([2.0, inf, -1.0]))
+    check(ust.einsum("ii->i", a, semiring="min_plus"), np.array([2.0, inf, -1.0]))
+    check(ust.compute("C(k) = A(k, k) * x(k)", A=a, x=x, semiring="min_plus"), np.array([7.0, inf, 10.0]))
+    check(ust.compute("C(k) = A(k, k) + x(k)", A=a, x=x, semiring="min_plus"), np.array([2.0, 7.0, -1.0]))
+    check(ust.compute("C = A(k, k)", A=a, semiring="min_plus"), np.float64(-1.0))
+    check(ust.compute("C = A(k, k)", A=a, semiring="max_plus"), np.float64(2.0))
+    check(ust.einsum("ii->", a, semiring="plus_pair"), np.float64(2.0))  # two stored diagonal slots
+
+
 def test_implicit_mode() -> None:
     A, B = mat(33, (10, 8)), mat(34, (8, 6))
     check(ust.einsum("ij,jk", to_fmt(A, "CSR"), to_fmt(B, "CSR")), A.toarray() @ B.toarray())

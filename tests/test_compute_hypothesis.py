@@ -66,18 +66,21 @@ def blocks_fit(fmt: str, shape: tuple[int, ...]) -> bool:
 
 @dataclass
 class Operand:
-    indices: tuple[str, ...]
+    shape: tuple[int, ...]
     values: np.ndarray  # dense values
     mask: np.ndarray  # stored slots (all True for a dense operand)
     value: Any  # what is passed to ust
     label: str
 
 
+Factor = tuple[str, tuple[str, ...]]  # an operand name and the indices it is read with
+
+
 @dataclass
 class Problem:
     text: str
     out: tuple[str, ...]
-    terms: list[tuple[Any, list[str]]]  # (coefficient, operand names)
+    terms: list[tuple[Any, list[Factor]]]  # (coefficient, factors)
     ops: dict[str, Operand]
     scalars: dict[str, Any]
     ext: dict[str, int]
@@ -88,24 +91,28 @@ class Problem:
         return {**{n: o.value for n, o in self.ops.items()}, **self.scalars}
 
     def describe(self) -> str:
-        return (
-            self.text
-            + "  "
-            + ", ".join(f"{n}{o.indices}:{o.label}" for n, o in self.ops.items())
-            + f" out_format={self.out_format}"
-        )
+        ops = ", ".join(f"{n}{o.shape}:{o.label}" for n, o in self.ops.items())
+        return f"{self.text}  {ops} out_format={self.out_format} dtype={np.dtype(self.dtype)}"
 
 
 def make_operand(
-    seed: int, shape: tuple[int, ...], dtype: Any, fmt: str | None, density: float, with_zeros: bool
+    seed: int,
+    shape: tuple[int, ...],
+    dtype: Any,
+    fmt: str | None,
+    density: float,
+    with_zeros: bool,
+    index_dtype: Any = None,
+    duplicates: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, Any]:
     rng = np.random.default_rng(seed)
     vals = rng.integers(1, 6, size=shape) * rng.choice([-1, 1], size=shape)
-    vals = (
-        vals.astype(dtype)
-        if np.dtype(dtype).kind in "iu"
-        else (vals + rng.random(shape).round(3)).astype(dtype)
-    )
+    if np.dtype(dtype).kind in "iu":
+        vals = vals.astype(dtype)
+    elif np.dtype(dtype).kind == "c":
+        vals = (vals + 1j * rng.integers(-3, 4, size=shape)).astype(dtype)
+    else:
+        vals = (vals + rng.random(shape).round(3)).astype(dtype)
     if fmt is None:
         return vals, np.ones(shape, bool), vals
     mask = rng.random(shape) < density
@@ -116,8 +123,18 @@ def make_operand(
     vals = np.where(mask, vals, 0).astype(dtype)
     if len(shape) == 2:
         r, c = np.nonzero(mask)
-        coo = sp.coo_array((vals[r, c], (r, c)), shape=shape)
-        t = ust.asarray(coo)
+        v = vals[r, c]
+        if duplicates and r.size:  # a non-canonical COO: the first entry split in two, appended last
+            half = v[:1] // 2 if np.dtype(dtype).kind in "iu" else v[:1] / 2
+            r, c, v = np.append(r, r[0]), np.append(c, c[0]), np.concatenate([v, half])
+            v[0] = v[0] - half[0]
+            t = ust.asarray(sp.coo_array((v, (r, c)), shape=shape), index_dtype=index_dtype)
+            assert np.array_equal(np.asarray(t.todense()), vals)
+            mask = np.zeros(shape, bool)
+            mask[r, c] = True
+            return vals, mask, t
+        coo = sp.coo_array((v, (r, c)), shape=shape)
+        t = ust.asarray(coo, index_dtype=index_dtype) if index_dtype is not None else ust.asarray(coo)
         t = t.convert("bsr", blocksize=(2, 2)) if fmt == "BSR" else t.convert(fmt)
     else:
         t = ust.asarray(vals, format=fmt)
@@ -135,45 +152,54 @@ def problems(draw: Any, semiring: str = "plus_times") -> Problem:
     n_idx = draw(st.integers(1, 4))
     idx = LETTERS[:n_idx]
     ext = {i: draw(st.integers(1, 4)) for i in idx}
-    dtype = draw(st.sampled_from([np.float64, np.int64]))
+    dtypes = [np.float64, np.int64, np.complex128] if plus else [np.float64, np.int64]
+    dtype = draw(st.sampled_from(dtypes))
     seed = draw(st.integers(0, 2**16))
     ops: dict[str, Operand] = {}
-    terms: list[tuple[Any, list[str]]] = []
+    terms: list[tuple[Any, list[Factor]]] = []
     scalars: dict[str, Any] = {}
     for _ in range(draw(st.integers(1, 3))):
-        names = []
+        factors: list[Factor] = []
         for _ in range(draw(st.integers(1, 3))):
-            if ops and draw(st.integers(0, 4)) == 0:  # reuse an operand (maybe with other indices)
+            if ops and draw(st.integers(0, 4)) == 0:
+                # reuse an operand, read with any indices of fitting extents (maybe a diagonal)
                 name = draw(st.sampled_from(sorted(ops)))
-                names.append(name)
-                continue
+                shape = ops[name].shape
+                ids = tuple(draw(st.sampled_from([i for i in idx if ext[i] == n] or [None])) for n in shape)
+                if None not in ids:
+                    factors.append((name, ids))  # type: ignore[arg-type]
+                    continue
             rank = draw(st.integers(1, min(3, n_idx)))
             ids = tuple(draw(st.permutations(idx))[:rank])
+            if rank == 2 and draw(st.integers(0, 7)) == 0:
+                ids = (ids[0], ids[0])  # a diagonal: A(i, i)
             shape = tuple(ext[i] for i in ids)
             fmts = [f for f in FORMATS[rank] if blocks_fit(f, shape)]
-            if (
-                not plus
-            ):  # DIA's padding under a semiring: see test_compute.py::test_padding_slots_are_entries
+            if not plus:  # DIA's padding: see test_compute.py::test_padding_slots_are_entries
                 fmts = [f for f in fmts if f != "DIA"]
             fmt = draw(st.one_of(st.none(), st.sampled_from(fmts)))
             density = draw(st.sampled_from([0.0, 0.3, 0.7]))
+            index_dtype = draw(st.sampled_from([None, np.int32, np.int64])) if rank == 2 else None
+            duplicates = plus and rank == 2 and fmt == "COO" and draw(st.integers(0, 3)) == 0
             name = f"T{len(ops)}"
-            vals, mask, value = make_operand(seed + len(ops), shape, dtype, fmt, density, draw(st.booleans()))
-            ops[name] = Operand(ids, vals, mask, value, fmt or "dense")
-            names.append(name)
+            vals, mask, value = make_operand(
+                seed + len(ops), shape, dtype, fmt, density, draw(st.booleans()), index_dtype, duplicates
+            )
+            label = (fmt or "dense") + (" +duplicates" if duplicates else "")
+            ops[name] = Operand(shape, vals, mask, value, label)
+            factors.append((name, ids))
         coeff: Any = 1
         if plus:
             coeff = draw(st.sampled_from([1, 1, -1, 2, "alpha"]))
             if coeff == "alpha":
                 scalars["alpha"] = 3 if dtype == np.int64 else 0.5
-        terms.append((coeff, names))
-    used = list(dict.fromkeys(i for _, names in terms for n in names for i in ops[n].indices))
+        terms.append((coeff, factors))
+    used = list(dict.fromkeys(i for _, fs in terms for _, ids in fs for i in ids))
     k = draw(st.integers(0, min(3, len(used))))
     out = tuple(draw(st.permutations(used))[:k])
-    # the text: a reused operand is read with its own indices
     parts = []
-    for coeff, names in terms:
-        body = " * ".join(f"{n}({', '.join(ops[n].indices)})" for n in names)
+    for coeff, fs in terms:
+        body = " * ".join(f"{n}({', '.join(ids)})" for n, ids in fs)
         if coeff == 1:
             parts.append(("+", body))
         elif coeff == -1:
@@ -190,14 +216,21 @@ def problems(draw: Any, semiring: str = "plus_times") -> Problem:
     return Problem(f"{lhs} = {rhs}", out, terms, ops, scalars, ext, dtype, out_format)
 
 
-def expand(op: Operand, grid: tuple[str, ...], ext: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """``op``'s values and mask on ``grid`` (its indices transposed into place, broadcast elsewhere)."""
-    perm = [op.indices.index(i) for i in grid if i in op.indices]
-    v, m = np.transpose(op.values, perm), np.transpose(op.mask, perm)
-    shape = [ext[i] if i in op.indices else 1 for i in grid]
-    return np.broadcast_to(v.reshape(shape), [ext[i] for i in grid]), np.broadcast_to(
-        m.reshape(shape), [ext[i] for i in grid]
-    )
+def expand(
+    op: Operand, ids: tuple[str, ...], grid: tuple[str, ...], ext: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``op`` read as ``op(ids)`` on ``grid``: a repeated index takes the diagonal, the indices
+    are transposed into place and broadcast along the grid's others."""
+    uniq = tuple(dict.fromkeys(ids))
+    letters = {i: chr(ord("a") + n) for n, i in enumerate(uniq)}
+    sub = "".join(letters[i] for i in ids) + "->" + "".join(letters[i] for i in uniq)
+    v = np.einsum(sub, op.values)
+    m = np.einsum(sub, op.mask.astype(np.int8)).astype(bool)
+    perm = [uniq.index(i) for i in grid if i in uniq]
+    v, m = np.transpose(v, perm), np.transpose(m, perm)
+    shape = [ext[i] if i in uniq else 1 for i in grid]
+    full = [ext[i] for i in grid]
+    return np.broadcast_to(v.reshape(shape), full), np.broadcast_to(m.reshape(shape), full)
 
 
 def identity(dtype: Any, semiring: str) -> Any:
@@ -215,14 +248,14 @@ def reference(p: Problem, semiring: str) -> np.ndarray:
     dt = np.dtype(p.dtype)
     ident = identity(dt, semiring)
     result = np.full(out_shape, ident, dtype=dt)
-    for coeff, names in p.terms:
-        own = list(dict.fromkeys(i for n in names for i in p.ops[n].indices))
+    for coeff, factors in p.terms:
+        own = list(dict.fromkeys(i for _, ids in factors for i in ids))
         grid = tuple(p.out) + tuple(i for i in own if i not in p.out)
         gshape = [p.ext[i] for i in grid]
         val = np.full(gshape, 1 if semiring == "plus_times" else 0, dtype=dt)
         mask = np.ones(gshape, bool)
-        for n in names:
-            v, m = expand(p.ops[n], grid, p.ext)
+        for n, ids in factors:
+            v, m = expand(p.ops[n], ids, grid, p.ext)
             val = val * v if semiring == "plus_times" else val + v
             mask = mask & m
         red = tuple(range(len(p.out), len(grid)))
@@ -266,8 +299,10 @@ def test_random_expressions(p: Problem) -> None:
     }
     copies = {n: {k: np.array(a, copy=True) for k, a in s.items()} for n, s in snaps.items()}
     got = run(p, "plus_times")
+    want = reference(p, "plus_times")
     try:
-        check(got, reference(p, "plus_times"))
+        check(got, want)
+        assert np.dtype(got.dtype) == want.dtype, (got.dtype, want.dtype)
     except AssertionError as exc:
         raise AssertionError(p.describe()) from exc
     if not p.out:

@@ -338,6 +338,19 @@ def test_min_plus_shortest_paths() -> None:
     check(d, shortest_path(G, method="D", directed=True))
 
 
+def test_diagonal_under_semirings(cp: Any) -> None:
+    A = sp.csr_array(np.array([[2.0, 1, 0], [0, 0, 3], [0, 0, -1]]))  # A(1,1) not stored
+    x = np.array([5.0, 7.0, 11.0])
+    for fa in ["CSR", "COO"]:
+        a = dev(to_fmt(A, fa))
+        check(ust.compute("C(k) = A(k, k)", A=a, semiring="min_plus"), np.array([2.0, np.inf, -1.0]))
+        check(
+            ust.compute("C(k) = A(k, k) * x(k)", A=a, x=cp.asarray(x), semiring="min_plus"),
+            np.array([7.0, np.inf, 10.0]),
+        )
+        check(ust.compute("C = A(k, k)", A=a, semiring="max_plus"), np.float64(2.0))
+
+
 def test_or_and_max_times_plus_pair_custom(cp: Any) -> None:
     G = weighted_graph(81, n=12, density=0.15)
     Ab = sp.csr_array((G != 0).astype(np.int64))
