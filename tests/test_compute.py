@@ -652,6 +652,89 @@ def test_broadcast_terms_long_rows(density: float) -> None:
     check(ust.compute("y(i) = A(i,k) * x(k) + B(i,k)", A=a, x=x, B=a), Ad @ x + Ad.sum(axis=1))
 
 
+def assert_no_duplicates(t: ust.Tensor) -> None:
+    """A sparse result stores each coordinate once (whatever it claims)."""
+    from ust.convert.unpack import unpack
+
+    dims = [np.asarray(d) for d in unpack(t, keep_zeros=True).dims()]
+    flat = np.ravel_multi_index(dims, t.shape) if dims and dims[0].size else np.zeros(0, np.int64)
+    assert flat.size == np.unique(flat).size, "duplicate coordinates in a sparse result"
+
+
+PARALLEL_CASES = [
+    ("C(i,j) = A(i,k) * B(k,j)", lambda A, B, x, X: A @ B),
+    ("y(i) = A(i,k) * x(k)", lambda A, B, x, X: A @ x),
+    ("y(k) = A(i,k) * w(i)", lambda A, B, x, X: A.T @ np.ones(A.shape[0], A.dtype)),
+    ("C(i,j) = A(i,k) * X(k,j)", lambda A, B, x, X: A @ X),
+    ("C(j) = A(i,k) * B(k,j)", lambda A, B, x, X: (A @ B).sum(axis=0)),
+    ("s = A(i,k) * B(k,j)", lambda A, B, x, X: (A @ B).sum()),
+    (
+        "C(i,k) = A(i,k) + A(i,k) * A(i,k) - 2 * A(i,k) * X(k,j) * X(k,j)",
+        lambda A, B, x, X: A + A * A - 2 * A * (X * X).sum(1)[None, :],
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", [None, "workspace", "expand", "partials"])
+@pytest.mark.parametrize("fa", ["CSR", "CSC", "COO"])
+def test_parallel_modes(monkeypatch: pytest.MonkeyPatch, mode: str | None, fa: str) -> None:
+    """Operands big enough for several threads (forced to 4) and every workspace mode: integer
+    values, so a lost or doubled update shows exactly."""
+    import ust.runtime.cpu_threads as cpu_threads
+
+    monkeypatch.setattr(cpu_threads, "THREADS", 4)
+    A = sp.random_array(
+        (300, 200),
+        density=0.1,
+        random_state=0,
+        format="csr",
+        dtype=np.int64,
+        data_sampler=lambda size: np.arange(size) % 7 - 3,
+    )
+    B = sp.random_array(
+        (200, 250),
+        density=0.1,
+        random_state=1,
+        format="csr",
+        dtype=np.int64,
+        data_sampler=lambda size: np.arange(size) % 5 - 2,
+    )
+    x = np.arange(200, dtype=np.int64) % 11 - 5
+    X = (np.arange(1000, dtype=np.int64).reshape(200, 5) % 3) - 1
+    a, b = to_fmt(A, fa), to_fmt(B, "CSR")
+    Ad, Bd = A.toarray(), B.toarray()
+    opts = {"mode": mode} if mode else None
+    for expr, ref in PARALLEL_CASES:
+        ops = {
+            k: v
+            for k, v in {"A": a, "B": b, "x": x, "X": X, "w": np.ones(300, np.int64)}.items()
+            if f"{k}(" in expr
+        }
+        try:
+            r = ust.compute(expr, options=opts, **ops)
+        except ust.InvalidValueError:  # a mode that does not fit the result kind may be refused
+            assert mode in ("partials", "expand")
+            continue
+        check(r, ref(Ad, Bd, x, X))
+        if isinstance(r, ust.Tensor):
+            assert_no_duplicates(r)
+    try:
+        m = ust.compute("C(i,j) = A(i,k) * B(k,j)", A=a, B=b, semiring="min_plus", options=opts)
+    except ust.InvalidValueError:
+        assert mode == "partials"
+        return
+    assert_no_duplicates(m)
+    sa, sb = Ad != 0, Bd != 0
+    sa[A.tocoo().row, A.tocoo().col] = True
+    sb[B.tocoo().row, B.tocoo().col] = True
+    big = np.iinfo(np.int64).max
+    want = np.full((300, 250), big)
+    for k in range(200):  # min over k of A(i,k) + B(k,j) where both are stored
+        cand = np.where(sa[:, k, None] & sb[None, k, :], Ad[:, k, None] + Bd[None, k, :], big)
+        want = np.minimum(want, cand)
+    check(m, want)
+
+
 def test_explain() -> None:
     A = mat(73, (10, 8))
     text = ust.explain("einsum", "ij,j->i", to_fmt(A, "DIA"), np.ones(8))

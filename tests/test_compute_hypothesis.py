@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ust
+from tests.test_compute import assert_no_duplicates
 from ust.convert.unpack import unpack
 
 pytestmark = pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
@@ -303,6 +304,8 @@ def test_random_expressions(p: Problem) -> None:
     try:
         check(got, want)
         assert np.dtype(got.dtype) == want.dtype, (got.dtype, want.dtype)
+        if isinstance(got, ust.Tensor):
+            assert_no_duplicates(got)
     except AssertionError as exc:
         raise AssertionError(p.describe()) from exc
     if not p.out:
