@@ -352,6 +352,18 @@ def test_diagonal_under_semirings(fa: str) -> None:
     check(ust.einsum("ii->", a, semiring="plus_pair"), np.float64(2.0))  # two stored diagonal slots
 
 
+def test_einsum_spelling() -> None:
+    """Upper-case letters, spaces and three or more operands, as NumPy takes them."""
+    A = mat(35, (8, 8))
+    a, Ad = to_fmt(A, "CSR"), A.toarray()
+    check(ust.einsum("IJ,JK->IK", a, a), Ad @ Ad)
+    check(ust.einsum(" ij , jk -> ik ", a, to_fmt(A, "COO")), Ad @ Ad)
+    check(ust.einsum("ij,jk,kl->il", a, a, a), Ad @ Ad @ Ad)
+    check(ust.einsum("aB,Bc->ac", a, Ad), Ad @ Ad)
+    B3 = rand_dense(36, (2, 8, 8))
+    check(ust.einsum("bij,jk->bik", B3, a), np.einsum("bij,jk->bik", B3, Ad))
+
+
 def test_implicit_mode() -> None:
     A, B = mat(33, (10, 8)), mat(34, (8, 6))
     check(ust.einsum("ij,jk", to_fmt(A, "CSR"), to_fmt(B, "CSR")), A.toarray() @ B.toarray())

@@ -243,6 +243,18 @@ def test_bad_loop_order_refused_before_lowering(monkeypatch: pytest.MonkeyPatch,
     assert unchanged(A, snap)
 
 
+def test_einsum_repeated_output_subscript() -> None:
+    with pytest.raises(ust.UstError) as info:
+        ust.einsum("ij->ii", SQ)
+    assert "ij->ii" in str(info.value)
+
+
+@pytest.mark.parametrize("subs,n", [("", 0), ("->", 0), ("ij->ik", 1), ("ij,jk->il", 2)])
+def test_einsum_bad_subscripts(subs: str, n: int) -> None:
+    with pytest.raises(InvalidValueError):
+        ust.einsum(subs, *([SQ] * n))
+
+
 def test_syntax_error_in_a_semiring() -> None:
     with pytest.raises(ust.UstSyntaxError) as info:
         ust.Semiring(add="a +", multiply="a * b")
