@@ -825,8 +825,9 @@ class Compute(StatefulOperation):
                 break
             outer *= extents[v]
         mark = "int32" if outer < 2**31 - 1 else "int64"
+        crd = str(self._index_dtype(tuple(extents[i] for i in expr.out_indices), 0))
         blocks = one_pass and not on_gpu and output == "sparse" and mode == "workspace"
-        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu, mark, blocks)
+        return _lowered(expr, specs, order, output, self.semiring, vdt, mode, on_gpu, mark, blocks, crd)
 
     def _plan(self) -> None:
         t0 = time.perf_counter()
@@ -978,8 +979,8 @@ class Compute(StatefulOperation):
                 else ["compressed(nonunique)"] + ["singleton(nonunique)"] * (r - 3) + ["singleton"]
             )
             text = f"({', '.join(names)}) -> ({', '.join(f'{dim_of[v]} : {k}' for v, k in zip(emit, kinds))})"
-            pos_l: list[Any] = [None, res.pos.astype(itype)] + [None] * (r - 2)
-            crd_l: list[Any] = [None, *(c.astype(itype) for c in res.crd)]
+            pos_l: list[Any] = [None, res.pos.astype(itype, copy=False)] + [None] * (r - 2)
+            crd_l: list[Any] = [None, *(c.astype(itype, copy=False) for c in res.crd)]
             t = Tensor(shape, text, res.values, pos=pos_l, crd=crd_l, check=False)
         target = p.out_format
         if target is not None and target != t.format:
@@ -1199,6 +1200,7 @@ def _lowered(
     on_gpu: bool,
     mark_dtype: str,
     blocks: bool = False,
+    crd_dtype: str = "int64",
 ) -> ComputeKernels:
     from ust.codegen.compute_lower import lower_compute
 
@@ -1213,6 +1215,7 @@ def _lowered(
         atomic=on_gpu,
         mark_dtype=mark_dtype,
         blocks=blocks,
+        crd_dtype=crd_dtype,
     )
 
 

@@ -165,6 +165,11 @@ def _or_all(xs: Sequence[Expr]) -> Expr:
 TRUE = Const(True, "bool")
 
 
+def heads_lets(heads: list[Stmt]) -> list[Stmt]:
+    """The segment bounds among a loop's heads (its iterator positions are not needed)."""
+    return [h for h in heads if isinstance(h, Let)]
+
+
 def ext(v: str) -> Var:
     """The extent parameter of index variable ``v``."""
     return Var(f"E_{v}")
@@ -219,6 +224,7 @@ class _Lowerer:
         atomic: bool,
         mark_dtype: str = "int64",
         blocks: bool = False,
+        crd_dtype: str = "int64",
     ) -> None:
         self.expr = expr
         self.ops = list(operands)
@@ -231,6 +237,7 @@ class _Lowerer:
         self.pass_ = pass_  # "main" (dense / scalar), "count" or "fill"
         self.atomic = atomic
         self.mark_dtype = mark_dtype
+        self.crd_dtype = crd_dtype  # the result's coordinates, written in its index dtype
         #: the fill pass writes whole blocks of rows back to back (the CPU's one-pass assembly)
         self.blocks = pass_ == "fill" and blocks
         self.used_blocks = False
@@ -481,6 +488,18 @@ class _Lowerer:
         inner = self.nest(rem, terms, new_states, body_alive)
         self.in_loop = saved
         inner = self.wrap_output(v, inner)
+        if (
+            kind == "merge"
+            and self.pass_ == "bound"
+            and self.prefix
+            and v == self.prefix[-1]
+            and not self.rest
+        ) and not any(isinstance(x, (Loop, While)) for st in inner for x in walk(st)):
+            # one entry at most per merged coordinate: the segments' lengths bound the row
+            total: Expr = _ic(0)
+            for aid in iters:
+                total = _add(total, Bin("-", bounds[aid][1], bounds[aid][0]))
+            return [*heads_lets(heads), Assign("cnt", _add(Var("cnt"), total))]
         if kind == "merge":
             guard = _or_all(any_alive)
             guarded: list[Stmt] = inner if isinstance(guard, Const) else [If(guard, Block(tuple(inner)))]
@@ -737,7 +756,7 @@ class _Lowerer:
             else:
                 ps.append(Param("o_pos", "ibuf", "int64"))
             for n in range(1, len(self.prefix) + len(self.rest)):
-                ps.append(Param(f"o_crd{n}", "ibuf", "int64", const=False))
+                ps.append(Param(f"o_crd{n}", "ibuf", self.crd_dtype, const=False))
             ps.append(Param("o_val", "vbuf", const=False))
         if self.output == "sparse" and self.rest and self.mode == "workspace" and self.pass_ != "bound":
             ps.append(Param("W", "iscalar"))
@@ -803,6 +822,7 @@ def lower_compute(
     name: str = "ust_compute",
     mark_dtype: str = "int64",
     blocks: bool = False,
+    crd_dtype: str = "int64",
 ) -> ComputeKernels:
     """Lower ``expr`` for the given operands and loop order.
 
@@ -860,6 +880,7 @@ def _lower_passes(
     mark_dtype: str,
     passes: tuple[str, ...],
     blocks: bool,
+    crd_dtype: str = "int64",
 ) -> ComputeKernels | None:
     """The kernels of ``passes`` (None when ``blocks`` was asked but the outer loop cannot be
     cut into blocks of rows: it is not a counted loop)."""

@@ -163,7 +163,7 @@ def run_compute(
     nnz = int(pos[-1])
     if nnz < 0:  # pragma: no cover - an int64 overflow of the counts
         raise ShapeError("the result has more entries than int64 can count")
-    crd = [xp.empty(nnz, dtype=np.int64) for _ in range(nlev - 1)]
+    crd = [xp.empty(nnz, dtype=fill_k.param(f"o_crd{n + 1}").dtype) for n in range(nlev - 1)]
     vals = xp.empty(nnz, dtype=vdt)
     if ws:
         ws["ws_mark"].fill(-1)
@@ -220,7 +220,7 @@ def _run_blocks(
     blk[0], blk[-1] = 0, outer
     blk = xp.maximum.accumulate(xp.minimum(blk, outer))
     bstart = bpos[blk[:-1]]
-    crd = [xp.empty(total, dtype=np.int64) for _ in range(nlev - 1)]
+    crd = [xp.empty(total, dtype=fill_k.param(f"o_crd{n + 1}").dtype) for n in range(nlev - 1)]
     vals = xp.empty(total, dtype=vdt)
     ws = _workspace(ck, fill_k, xp, extents, nthreads, vdt)
     launch(
