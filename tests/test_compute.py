@@ -1062,6 +1062,41 @@ def test_save_and_load_plan(tmp_path: Any) -> None:
     check(r, dense(ust.compute(expr, A=a, B=b, semiring="min_plus")))
 
 
+def test_load_plan_in_another_process(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    A, B = mat(112, (10, 8)), mat(113, (8, 6))
+    sp.save_npz(tmp_path / "a.npz", A)
+    sp.save_npz(tmp_path / "b.npz", B)
+    expr = "C(i,j) = A(i,k) * B(k,j)"
+    c = ust.Compute(expr, A=to_fmt(A, "CSC"), B=to_fmt(B, "COO"), options={"order": "ikj"})
+    c.plan()
+    c.save_plan(tmp_path / "plan.json")
+    code = f"""
+import json, numpy as np, scipy.sparse as sp, ust
+A = ust.asarray(sp.load_npz({str(tmp_path / "a.npz")!r})).convert("CSC")
+B = ust.asarray(sp.load_npz({str(tmp_path / "b.npz")!r})).convert("COO")
+c = ust.Compute.load_plan({str(tmp_path / "plan.json")!r}, {expr!r}, A=A, B=B)
+print(json.dumps(np.asarray(c.execute().todense()).tolist()))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    check(np.array(json.loads(out.stdout.strip().splitlines()[-1])), A.toarray() @ B.toarray())
+
+
+def test_logging_says_the_route(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    A = mat(114, (10, 8))
+    with caplog.at_level(logging.INFO, logger="ust"):
+        ust.einsum("ij,j->i", to_fmt(A, "CSR"), np.ones(8))
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("ust"))
+    assert "generated-c" in text
+
+
 def test_save_plan_before_plan_is_refused(tmp_path: Any) -> None:
     A = mat(107, (10, 8))
     c = ust.Compute("y(i) = A(i,j) * x(j)", A=to_fmt(A, "CSR"), x=np.ones(8))
