@@ -22,7 +22,9 @@ from tests.algebra_cases import snapshot, unchanged
 from tests.test_compute import (
     FMT_IDS,
     FORMATS,
+    PARALLEL_CASES,
     USER_CSC,
+    assert_no_duplicates,
     mat,
     rand_dense,
     rand_sparse_nd,
@@ -314,6 +316,44 @@ def test_broadcast_term_with_lanes(density: float, cp: Any) -> None:
     m = ust.einsum("ik,k->i", a, cp.asarray(x), semiring="min_plus")
     want = np.where(Ad != 0, Ad + x[None, :], np.inf).min(axis=1)
     check(m, want)
+
+
+@pytest.mark.parametrize("mode", [None, "workspace", "expand"])
+@pytest.mark.parametrize("fa", ["CSR", "CSC", "COO"])
+def test_larger_exact(mode: str | None, fa: str, cp: Any) -> None:
+    """Operands of thousands of entries (many blocks, atomics, expand-sort-compress) with integer
+    values: a lost or doubled update shows exactly; sparse results hold each coordinate once."""
+    A = sp.random_array(
+        (300, 200),
+        density=0.1,
+        random_state=0,
+        format="csr",
+        dtype=np.int64,
+        data_sampler=lambda size: np.arange(size) % 7 - 3,
+    )
+    B = sp.random_array(
+        (200, 250),
+        density=0.1,
+        random_state=1,
+        format="csr",
+        dtype=np.int64,
+        data_sampler=lambda size: np.arange(size) % 5 - 2,
+    )
+    x = np.arange(200, dtype=np.int64) % 11 - 5
+    X = (np.arange(1000, dtype=np.int64).reshape(200, 5) % 3) - 1
+    a, b = dev(to_fmt(A, fa)), dev(to_fmt(B, "CSR"))
+    Ad, Bd = A.toarray(), B.toarray()
+    opts = {"mode": mode} if mode else None
+    given = {"A": a, "B": b, "x": cp.asarray(x), "X": cp.asarray(X), "w": cp.ones(300, dtype=np.int64)}
+    for expr, ref in PARALLEL_CASES:
+        ops = {k: v for k, v in given.items() if f"{k}(" in expr}
+        try:
+            r = ust.compute(expr, options=opts, **ops)
+        except ust.InvalidValueError:  # a mode that does not fit the result kind may be refused
+            continue
+        check(r, ref(Ad, Bd, x, X))
+        if isinstance(r, ust.Tensor):
+            assert_no_duplicates(r.to("cpu"))
 
 
 # ----------------------------------------------------------------------------- semirings
