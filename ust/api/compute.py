@@ -43,7 +43,13 @@ from ust.plan.planner import c_compiler_available
 from ust.plan.planner import choose as plan_choose
 from ust.plan.routes import Route, register, route_of
 from ust.plan.rules import Problem
-from ust.runtime.errors import InvalidTypeError, InvalidValueError, ShapeError, UnsupportedError
+from ust.runtime.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    ShapeError,
+    UnsupportedError,
+    UstSyntaxError,
+)
 from ust.runtime.log import get_logger
 from ust.runtime.placement import Placement, is_planning_only
 from ust.runtime.stateful import PlanFileError, StatefulOperation, ust_version
@@ -114,6 +120,16 @@ def _einsum_text(subscripts: Any, n: int) -> tuple[str, tuple[str, ...]]:
         bad = [ch for ch in part if not ch.isalpha()]
         if bad:
             raise InvalidValueError(f"einsum subscripts {subscripts!r}: {bad[0]!r} is not an index letter")
+    for pos, ch in enumerate(out):
+        if ch in out[:pos]:
+            col = len(lhs) + len(arrow) + pos + 1
+            raise UstSyntaxError(
+                f"einsum subscripts {subscripts!r}: the output repeats the index {ch!r} (column {col}); "
+                "each output index must be distinct",
+                line=1,
+                column=col,
+                text=s,
+            )
     if len(inputs) != n:
         raise InvalidValueError(
             f"einsum subscripts {subscripts!r} name {len(inputs)} operand(s) but {n} were given"
@@ -483,7 +499,8 @@ def fitting_format(rank: int, dim_order: Sequence[int], shape: Sequence[int], ns
     first = dim_order[0]
     levels = []
     for n, d in enumerate(dim_order):
-        kind_ = "dense" if (n == 0 and shape[first] <= 4 * nse + 1024) else "compressed"
+        # the last level is always compressed: the format stores exactly the entries
+        kind_ = "dense" if (n == 0 and rank > 1 and shape[first] <= 4 * nse + 1024) else "compressed"
         levels.append(f"{names[d]} : {kind_}")
     return resolve(f"({', '.join(names)}) -> ({', '.join(levels)})")
 
@@ -819,6 +836,10 @@ class Compute(StatefulOperation):
                 mode = (
                     "partials" if usable_cores() * nout * np.dtype(vdt).itemsize <= (1 << 28) else "workspace"
                 )
+        elif output == "sparse" and mode == "partials":
+            mode = "workspace"  # private copies are a dense output's: a sparse one has a workspace
+        elif output != "sparse" and mode == "expand":
+            mode = "partials"  # expanded entries are a sparse output's
         outer = 1
         for v in order:
             if v not in expr.out_indices:

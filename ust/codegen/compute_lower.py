@@ -308,9 +308,16 @@ class _Lowerer:
             v = next(v for v in rem if v in self.term_vars[t])
             groups.setdefault(v, []).append(t)
         for v in rem:
-            if v in groups:
-                after = rem[rem.index(v) + 1 :]
+            if v not in groups:
+                continue
+            after = rem[rem.index(v) + 1 :]
+            if v in self.expr.out_indices or len(groups[v]) == 1:
                 out.extend(self.loop(v, after, groups[v], states, alive))
+                continue
+            # a summed index: the terms need not meet on its coordinates (their sum is not
+            # written per coordinate), so each walks its own operands -- no union merge
+            for t in groups[v]:
+                out.extend(self.loop(v, after, [t], states, alive))
         return out
 
     def loop(
@@ -573,20 +580,25 @@ class _Lowerer:
         return out
 
     def mark_reduce(self, body: list[Stmt]) -> list[Stmt]:
-        """Tag the one plain loop of a row body as a reduction into ``acc`` (a GPU group may split
-        it across lanes): only where the row has exactly one loop and no merge."""
+        """Tag the plain loops of a row body as reductions into ``acc`` (a GPU group may split
+        them across lanes): only where every update of ``acc`` is inside such a loop and none
+        holds a merge or a deeper loop."""
         loops = [n for n, s in enumerate(body) if isinstance(s, (Loop, While))]
-        if len(loops) != 1 or not isinstance(body[loops[0]], Loop):
+        if not loops or not all(isinstance(body[n], Loop) for n in loops):
             return body
-        lp = body[loops[0]]
-        assert isinstance(lp, Loop)
-        if any(isinstance(x, (Loop, While, Store, Accumulate)) for x in walk(lp.body)):
-            return body
-        outside = [x for n, st in enumerate(body) if n != loops[0] for x in walk(st)]
+        for n in loops:
+            lp = body[n]
+            assert isinstance(lp, Loop)
+            if any(isinstance(x, (Loop, While, Store, Accumulate)) for x in walk(lp.body)):
+                return body
+        outside = [x for n, st in enumerate(body) if n not in loops for x in walk(st)]
         if any(isinstance(x, Assign) and x.name == "acc" for x in outside):
-            return body  # a term summed outside the loop: every lane would add it
+            return body  # a term summed outside the loops: every lane would add it
         out = list(body)
-        out[loops[0]] = dataclasses.replace(lp, reduce="acc")
+        for n in loops:
+            lp = out[n]
+            assert isinstance(lp, Loop)
+            out[n] = dataclasses.replace(lp, reduce="acc")
         return out
 
     def row_open(self) -> list[Stmt]:

@@ -24,7 +24,13 @@ __all__ = ["CHUNK", "emit_compute_c"]
 CHUNK = 32
 
 _SORT = """
+#include <stdlib.h>
+static int ust_cmp_index(const void *x, const void *y) {
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
 static void ust_sort_index(int64_t *a, int64_t n) {
+    if (n >= 48) { qsort(a, (size_t)n, sizeof(int64_t), ust_cmp_index); return; }
     if (n < 48) {
         for (int64_t i = 1; i < n; ++i) {
             const int64_t v = a[i];

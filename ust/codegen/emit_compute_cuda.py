@@ -109,6 +109,7 @@ class _ComputeCuda(CStyleRenderer):
         self.integer = kernel.value_dtype.startswith(("int", "uint"))
         self.g = group
         self.in_group = False
+        self.pending_shuffle = False
 
     def const(self, e: Const) -> str:
         if e.kind == "bool":
@@ -143,7 +144,20 @@ class _ComputeCuda(CStyleRenderer):
 
     def store(self, s: Store, depth: int) -> None:
         text = f"{s.buf}[{self.expr(s.index)}] = {self.expr(s.value)};"
+        if self.in_group and self.pending_shuffle:
+            self.shuffle(depth)
         self.out(depth, f"if (ust_lane == 0) {text}" if self.in_group else text)
+
+    def shuffle(self, depth: int) -> None:
+        """Combine the lanes' partial ``acc`` (once, after the row's last reduction loop)."""
+        g = self.g
+        combine: Expr = self.k.info["reduce_add"]  # type: ignore[assignment]
+        self.out(depth, f"for (int ust_o = {g // 2}; ust_o > 0; ust_o >>= 1) {{")
+        self.out(depth + 1, f"const {self.vt} ust_ra = acc;")
+        self.out(depth + 1, f"const {self.vt} ust_rb = ust_shfl_down(acc, ust_o, ust_mask, {g});")
+        self.out(depth + 1, f"acc = {self.expr(combine)};")
+        self.out(depth, "}")
+        self.pending_shuffle = False
 
     def loop(self, s: Loop, depth: int) -> None:
         if s.reduce and self.in_group:
@@ -229,8 +243,8 @@ class _ComputeCuda(CStyleRenderer):
         self.out(depth, "}")
 
     def group_reduce(self, s: Loop, depth: int) -> None:
-        """The row's reduction loop strided across the group, then a shuffle tree."""
-        g, it, acc = self.g, self.it, s.reduce
+        """A row's reduction loop strided across the group (the shuffle follows the last one)."""
+        g, it = self.g, self.it
         self.out(
             depth,
             f"for ({it} {s.var} = {self.expr(s.lo)} + ust_lane; {s.var} < {self.expr(s.hi)}; {s.var} += {g}) {{",
@@ -239,12 +253,7 @@ class _ComputeCuda(CStyleRenderer):
         self.block(s.body, depth + 1)
         self.in_group = True
         self.out(depth, "}")
-        combine: Expr = self.k.info["reduce_add"]  # type: ignore[assignment]
-        self.out(depth, f"for (int ust_o = {g // 2}; ust_o > 0; ust_o >>= 1) {{")
-        self.out(depth + 1, f"const {self.vt} ust_ra = {acc};")
-        self.out(depth + 1, f"const {self.vt} ust_rb = ust_shfl_down({acc}, ust_o, ust_mask, {g});")
-        self.out(depth + 1, f"{acc} = {self.expr(combine)};")
-        self.out(depth, "}")
+        self.pending_shuffle = True
 
     def signature(self, params: tuple[Param, ...]) -> str:
         parts = []
