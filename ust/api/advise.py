@@ -129,17 +129,16 @@ def candidate_formats(a: Any, extra: Any = ()) -> list[tuple[str, str]]:
     m = int(a.shape[0])
     if ndiag * m <= DIA_MAX_PADDING * max(int(csr.nnz), 1):
         out.append(("DIA", f"{ndiag} diagonals"))
-    for b, f in fill.items():
-        if f >= BSR_MIN_FILL:
-            out.append((f"BSR[{b}, {b}]", f"{b}x{b} blocks {100 * f:.0f}% full"))
+    for b, share in fill.items():
+        if share >= BSR_MIN_FILL:
+            out.append((f"BSR[{b}, {b}]", f"{b}x{b} blocks {100 * share:.0f}% full"))
     st = matrix_stats(as_csr)
     if st.empty_rows >= DCSR_MIN_EMPTY:
         out.append(("DCSR", f"{100 * st.empty_rows:.0f}% of rows empty"))
-    for f in extra:
-        out.append((f if isinstance(f, str) else f.to_text(), "your candidate"))
+    out += [(c if isinstance(c, str) else c.to_text(), "your candidate") for c in extra]
     kept: dict[str, str] = {}
-    for f, why in out:
-        kept.setdefault(f, why)  # the first reason for each name
+    for name, why in out:
+        kept.setdefault(name, why)  # the first reason for each name
     return list(kept.items())
 
 
