@@ -142,7 +142,10 @@ def choose_route(mm: Any, b: Any) -> RouteChoice:
     problem = mm.problem
     cands = (mm.decision.rule, *mm.decision.alternatives)
     if route is not None:
-        mm.decision = choose(problem, route)
+        d = choose(problem, route)
+        mm.decision = Decision(
+            problem, d.rule, d.rule.reason_for(problem) + " (forced by route=)", d.alternatives
+        )
         mm.choice = "forced by options['route']"
     if variant is not None and not known_variant(mm.decision.route, variant):
         raise UnsupportedError(

@@ -54,7 +54,9 @@ def run_advise(args: argparse.Namespace) -> int:
     if args.plot:
         checks.output_file(args.plot, "--plot")
     t = io.read(args.matrix)
-    adv = advise(t, op=args.op, k=args.k, device=args.execution, candidates=args.candidate, repeat=args.repeat)
+    adv = advise(
+        t, op=args.op, k=args.k, device=args.execution, candidates=args.candidate, repeat=args.repeat
+    )
     print(json.dumps(adv.as_dicts(), indent=2) if args.json else adv.table())
     if args.plot:
         adv.plot(args.plot)
