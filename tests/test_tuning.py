@@ -303,9 +303,7 @@ def test_forced_route_not_a_candidate_for_a_fused_product() -> None:
 
 def test_forced_variant_the_route_does_not_offer_names_the_offered_ones() -> None:
     mm = _mm(_uniform(), options={"route": "generated-c", "variant": "outer:g4"})
-    with pytest.raises(
-        ust.UnsupportedError, match="candidates: 'storage', 'outer'|candidates: 'outer', 'storage'"
-    ):
+    with pytest.raises(ust.UnsupportedError, match=r"candidates: '(storage|outer)', '(storage|outer)'"):
         mm.plan()
 
 
