@@ -6,6 +6,7 @@ computed here once: row-length mean, maximum and spread, the share of empty rows
 diagonal count of a DIA operand and the block fill of a BSR one.  Nothing is converted and
 no pass over the entries is made where the row pointer says it (a COO's sorted row
 coordinates are searched, O(rows log nnz); a format without row pointers gets the mean only).
+On the GPU the reductions run on the device and four numbers come back.
 """
 
 from __future__ import annotations
@@ -68,20 +69,21 @@ class MatrixStats:
 
 def row_lengths_stats(indptr: Any, nseg: int | None = None) -> tuple[float, int, float, float]:
     """(mean, max, cv, share empty) of the segment lengths of a row pointer (``nseg`` segments in
-    all, more than ``len(indptr) - 1`` when some are absent, as in DCSR)."""
-    ptr = np.asarray(indptr)
-    lengths = np.diff(ptr)
+    all, more than ``len(indptr) - 1`` when some are absent, as in DCSR).  NumPy or CuPy: on the
+    GPU the reductions run there and only four numbers come back."""
+    lengths = indptr[1:] - indptr[:-1]
     n = int(lengths.size)
     total = n if nseg is None else max(int(nseg), n)
     if total == 0:
         return 0.0, 0, 0.0, 0.0
-    s = float(lengths.sum(dtype=np.float64))
-    mean = s / total
-    mx = int(lengths.max()) if n else 0
-    sq = float(np.dot(lengths.astype(np.float64), lengths.astype(np.float64))) if n else 0.0
-    var = max(sq / total - mean * mean, 0.0)
+    if n == 0:
+        return 0.0, 0, 0.0, 1.0
+    lf = lengths.astype("float64")
+    mean = float(lf.sum()) / total
+    mx = int(lengths.max())
+    var = max(float((lf * lf).sum()) / total - mean * mean, 0.0)
     cv = math.sqrt(var) / mean if mean > 0 else 0.0
-    empty = (total - n + int(np.count_nonzero(lengths == 0))) / total
+    empty = (total - n + int((lengths == 0).sum())) / total
     return mean, mx, cv, empty
 
 
@@ -90,7 +92,7 @@ def _levels(t: Any) -> list[str]:
 
 
 def _host(a: Any) -> np.ndarray:
-    """A small index buffer on the host (CuPy arrays copied: an indptr, not the entries)."""
+    """A small array on the host (a CuPy array copied: a sample, never the entries)."""
     get = getattr(a, "get", None)
     return np.asarray(get() if callable(get) else a)
 
@@ -107,8 +109,7 @@ def matrix_stats(t: Any) -> MatrixStats:
     extra: dict[str, Any] = {}
     stats: tuple[float, int, float, float] | None = None
     if t.ndim == 2 and lv[:2] == ["dense", "compressed"] and t.pos(1) is not None:  # CSR, CSC, BSR, ...
-        ptr = _host(t.pos(1))
-        stats = row_lengths_stats(ptr)
+        stats = row_lengths_stats(t.pos(1))
         if fc.name == "BSR" and len(fc.params) == 2:
             r, c = fc.params
             extra["block"] = (r, c)
@@ -119,13 +120,13 @@ def matrix_stats(t: Any) -> MatrixStats:
             m = stats[0] * r * c * extra["block_fill"] / max(c, 1)  # entries per matrix row
             stats = (m, stats[1] * c, stats[2], stats[3])
     elif t.ndim == 2 and lv[:2] == ["compressed", "compressed"] and t.pos(1) is not None:  # DCSR / DCSC
-        stats = row_lengths_stats(_host(t.pos(1)), seg_rows)
+        stats = row_lengths_stats(t.pos(1), seg_rows)
     elif t.ndim == 2 and fc.name == "COO" and t.crd(0) is not None and t.format.is_ordered:
-        crd = _host(t.crd(0))
-        ptr = np.searchsorted(crd, np.arange(rows + 1, dtype=crd.dtype))
-        stats = row_lengths_stats(ptr)
+        crd = t.crd(0)
+        xp = t.xp
+        stats = row_lengths_stats(xp.searchsorted(crd, xp.arange(rows + 1, dtype=crd.dtype)))
     if fc.name == "DIA" and t.crd(0) is not None:
-        extra["ndiag"] = int(_host(t.crd(0)).size)
+        extra["ndiag"] = int(t.crd(0).size)
     if stats is None:
         mean = nnz / max(seg_rows, 1)
         return MatrixStats(rows, cols, nnz, mean, math.ceil(mean), 0.0, 0.0, exact=False, **extra)
