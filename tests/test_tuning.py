@@ -350,7 +350,9 @@ def _problem(
         ),
         (_problem("spmv", "cpu"), _stats(row_max=50_000, row_cv=4.0), 1, "scipy", None),
         (_problem("spmm", "cpu", "DIA"), _stats(ndiag=7), 8, "generated-c", None),
+        (_problem("spmv", "cpu", "DIA"), _stats(ndiag=7), 1, "scipy", None),
         (_problem("spmm", "cpu"), _stats(), 8, "generated-c", None),
+        (_problem("spmm", "cpu", "COO"), _stats(row_max=50_000, row_cv=4.0), 8, "generated-c", None),
         (_problem("spmv", "cpu"), _stats(nnz=SMALL_WORK // 2), 1, "scipy", None),
         (_problem("spmv", "cpu", plain=False), _stats(row_max=50_000, row_cv=4.0), 1, "generated-c", None),
     ],
@@ -375,10 +377,22 @@ def test_cost_model_on_real_matrices_explained_for_the_gpu() -> None:
     assert "route: generated-cuda" in text and "chosen: cost model: k > 1" in text
 
 
+def test_cost_model_uses_every_core_only_where_there_are_several(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ust.plan import cost
+
+    p, s = _problem("spmv", "cpu"), _stats()
+    monkeypatch.setattr(cost, "usable_cores", lambda: 2)
+    assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "generated-c"
+    monkeypatch.setattr(cost, "usable_cores", lambda: 1)
+    assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "scipy"
+
+
 def test_cost_model_on_real_matrices_on_the_cpu() -> None:
     rmat = _rmat()
-    mm = ust.Matmul(rmat, np.ones((rmat.shape[0], 8)))
+    mm = ust.Matmul(rmat, np.ones(rmat.shape[0]))
     assert mm.decision.route == "scipy" and mm.choice.startswith("cost model: rows of very unequal")
+    mm = ust.Matmul(rmat, np.ones((rmat.shape[0], 8)))
+    assert mm.decision.route == "generated-c" and mm.choice.startswith("cost model: k > 1")
     bsr = ust.asarray(sp.bsr_array(_uniform(), blocksize=(2, 2)))
     mm = _mm(bsr, k=8)
     assert mm.decision.route == "generated-c"

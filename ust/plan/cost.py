@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from ust.plan.rules import ANY, Problem, Rule
 from ust.plan.stats import MatrixStats
+from ust.runtime.cpu_threads import _SMALL as PARALLEL_WORK  # below it a C kernel runs on one thread
+from ust.runtime.cpu_threads import usable_cores
 
-__all__ = ["COST_RULES", "CostChoice", "CostRule", "choose_by_cost"]
+__all__ = ["COST_RULES", "PARALLEL_WORK", "SMALL_WORK", "CostChoice", "CostRule", "choose_by_cost"]
 
 #: Below this much work (stored entries times k) the route does not matter: per-call overheads
 #: of a few microseconds dominate, so the rule table's default stands.
@@ -85,23 +87,23 @@ COST_RULES: tuple[CostRule, ...] = (
              lambda p, s, k: _uniform(s) and s.row_mean <= 16,
              "short rows of similar length: one thread per row, coalesced reads of the row pointer "
              "(1.2-1.6x cuSPARSE SpMV on the H200)", group=1),
-    # ---- CPU (2-core machine, benchmarks/RESULTS.md and the bench_oneshot measurements)
+    # ---- CPU (2-core machine: benchmarks/RESULTS.md, "One-shot matmul with tuning records (cpu)")
     CostRule("cpu", _BOTH, frozenset({"BSR"}), "generated-c",
              lambda p, s, k: k > 1 or s.block_fill >= 0.5,
              "SciPy's BSR kernel multiplies block by block through a generic inner loop; the generated "
-             "kernel unrolls the block and runs on every core (3-5x at k = 8)"),
-    CostRule("cpu", _MM, frozenset({"DIA"}), "generated-c",
+             "kernel unrolls the block and runs on every core (2-6x at k = 8)"),
+    CostRule("cpu", _MM, _ROWS | {"DIA"}, "generated-c",
              lambda p, s, k: True,
-             "SciPy's DIA SpMM loops over B's columns one at a time; the generated kernel reads each "
-             "diagonal once for all k columns"),
-    CostRule("cpu", _BOTH, ANY, "scipy",
+             "k > 1: SciPy's SpMM is single-threaded and walks A once per column block; the generated "
+             "kernel reads each stored entry once for all k columns, on every core"),
+    CostRule("cpu", _MV, _ROWS, "scipy",
              lambda p, s, k: s.skew > 8,
              "rows of very unequal length: the C kernel's static split over threads leaves one core "
-             "with the long rows, SciPy's single pass is as fast"),
-    CostRule("cpu", _MM, _ROWS, "generated-c",
-             lambda p, s, k: _uniform(s),
-             "k > 1 with rows of similar length: the generated kernel splits rows evenly over the "
-             "cores (SciPy's SpMM is single-threaded)"),
+             "with the long rows; SciPy's single pass is as fast"),
+    CostRule("cpu", _MV, _ROWS, "generated-c",
+             lambda p, s, k: _work(s, k) >= PARALLEL_WORK and usable_cores() > 1,
+             "rows of similar length and enough work for every core: the generated kernel splits the "
+             "rows over the cores (SciPy's SpMV is single-threaded)"),
 )
 # fmt: on
 
