@@ -190,7 +190,10 @@ def test_a_variant_the_route_does_not_offer_falls_back_to_its_default(
     np.testing.assert_allclose(mm.execute(), a @ np.ones(N), rtol=1e-12)
 
 
-@pytest.mark.parametrize("payload", [b"not json at all", b"\xff\xfe", b"[" * 100_000, b"{}" * 40_000])
+@pytest.mark.parametrize(
+    "payload",
+    [b"not json at all", b"\xff\xfe", b"[" * 60_000, b"[" * 100_000, b"{}" * 40_000, b"null", b"[1, 2]"],
+)
 def test_authenticated_garbage_is_ignored(payload: bytes, caplog: pytest.LogCaptureFixture) -> None:
     a = _uniform()
     fresh = _mm(a)
@@ -294,6 +297,19 @@ def test_forced_route_ignores_records() -> None:
 def test_forced_routes_that_cannot_run_name_the_candidates(options: dict, error: type, text: str) -> None:
     with pytest.raises(error, match=text):
         _mm(_uniform(), options=options)
+
+
+def test_forced_route_for_tensor_times_vector() -> None:
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((6, 5, 4)) * (rng.random((6, 5, 4)) < 0.3)
+    t = ust.asarray(dense, format="CSF")
+    v = rng.standard_normal(4)
+    mm = ust.Matmul(t, v, options={"route": "generated-c", "variant": "storage"})
+    assert mm.problem.op == "ttv" and mm.choice.startswith("forced")
+    mm.plan()
+    np.testing.assert_allclose(mm.execute(), dense @ v, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ust.UnsupportedError, match="candidates: generated-c"):
+        ust.Matmul(t, v, options={"route": "scipy"})
 
 
 def test_forced_route_not_a_candidate_for_a_fused_product() -> None:
@@ -417,3 +433,22 @@ def test_stats_match_numpy(fmt: str) -> None:
     assert s.row_mean == pytest.approx(lengths.mean()) and s.row_max == lengths.max()
     assert s.row_cv == pytest.approx(lengths.std() / lengths.mean())
     assert s.empty_rows == pytest.approx(np.mean(lengths == 0))
+
+
+@pytest.mark.parametrize("route", ["scipy", "generated-c"])
+def test_one_shot_results_following_a_record_are_never_reused(route: str) -> None:
+    """The one-shot path keeps the result buffer a route left unused (SciPy returns its own
+    array) for the next call; a result handed to the caller is never written again."""
+    a = _uniform()
+    _write(_mm(a, k=8), route=route, variant=None)
+    t = ust.asarray(a)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((N, 8)) for _ in range(3)]
+    ys = [ust.matmul(t, x) for x in xs]
+    assert len({id(y) for y in ys}) == 3
+    for x, y in zip(xs, ys):
+        np.testing.assert_allclose(y, a @ x, rtol=1e-12)
+    from ust.api.matmul import _ONE_SHOT
+
+    mm = next(m for m in _ONE_SHOT.values() if m.a is t)
+    assert mm.decision.route == route and mm.choice.startswith("from a tuning record")

@@ -194,6 +194,7 @@ class Matmul(StatefulOperation):
     kind = "matmul"
     #: True when :meth:`load_plan` reused the saved route/variant (False: planned afresh).
     from_saved_plan: bool = False
+    _spare_out: Any = None
 
     def __init__(
         self,
@@ -269,7 +270,12 @@ class Matmul(StatefulOperation):
             self.c = dense_operand(xp, self.c, self.dtype)
         shape = self._result_shape(self.a, _dense_shape(self.b))
         order = "F" if self.b.ndim == 2 and array_layout(self.b) == "col" else "C"
-        self.out = xp.empty(shape, dtype=self.dtype, order=order)
+        spare, self._spare_out = self._spare_out, None  # a one-shot call's unused result buffer
+        self.out = (
+            spare
+            if _fits(spare, shape, self.dtype, order)
+            else xp.empty(shape, dtype=self.dtype, order=order)
+        )
         self._direct = not place.moves
 
     def _xp(self) -> Any:
@@ -551,6 +557,13 @@ def explain_decision(
     return "\n".join(lines)
 
 
+def _fits(out: Any, shape: tuple[int, ...], dtype: str, order: str) -> bool:
+    """Whether a result buffer no caller holds can serve as ``out`` again."""
+    if out is None or tuple(out.shape) != shape or str(out.dtype) != dtype:
+        return False
+    return bool(out.flags.f_contiguous if order == "F" and out.ndim == 2 else out.flags.c_contiguous)
+
+
 def _is_sparse_operand(x: Any) -> bool:
     return bool(kind(x) == SPARSE)
 
@@ -661,7 +674,10 @@ def matmul(
                     _ONE_SHOT.popitem(last=False)[1].free()
         out = mm.execute()
         if key is not None:
-            mm.out = None  # the next call allocates a fresh result: this one belongs to the caller
+            # the next call allocates a fresh result when this one went to the caller; a buffer the
+            # route left unused (SciPy returns its own array) serves again: no page faults for it
+            mm._spare_out = None if out is mm.out else mm.out
+            mm.out = None
     if epilog is not None:
         out = apply_epilog(out, epilog, epilog_params or {})
     return out

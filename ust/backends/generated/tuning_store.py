@@ -62,9 +62,16 @@ def read_record(digest: str) -> Any:
             _log.warning("ignoring a tuning record of %d bytes (records are small)", len(data))
         else:
             try:
-                doc = json.loads(data.decode("utf-8"))
+                parsed = json.loads(data.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                 _log.warning("ignoring a tuning record that is not JSON (%s)", type(exc).__name__)
+            else:
+                if isinstance(parsed, dict):
+                    doc = parsed
+                else:
+                    _log.warning(
+                        "ignoring a tuning record that is not a JSON object (%s)", type(parsed).__name__
+                    )
     with _lock:
         _memo[(root, digest)] = doc
     return doc
