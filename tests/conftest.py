@@ -54,3 +54,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
             elif "multigpu" in item.keywords and gpu_count() < 2:
                 item.add_marker(pytest.mark.skip(reason="multigpu test: fewer than 2 CUDA devices"))
+
+
+@pytest.fixture(autouse=True)
+def _private_tuning_records(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test reads and writes tuning records of its own (an autotune in one test must not
+    change the routes another test expects); the store is created only when a record is written."""
+    import uuid
+
+    monkeypatch.setenv("UST_TUNING_DIR", str(tmp_path_factory.getbasetemp() / "tune" / uuid.uuid4().hex))

@@ -327,6 +327,7 @@ def test_cache_info_clear_keep_everything_ust_did_not_write(
     assert doc["kinds"] == {
         "c": {"entries": 2, "bytes": 3000 + 2 * head},
         "cuda": {"entries": 1, "bytes": 500 + head},
+        "tune": {"entries": 0, "bytes": 0},
     }
     assert sorted(doc["other_files"]) == sorted(str(p) for p in [*foreign.values(), link])
     assert main(["cache", "info"]) == 0

@@ -13,11 +13,13 @@ import sys
 from ust import formats, io
 from ust._version import __version__
 from ust.api import dense, linalg, ops
+from ust.api.advise import advise
 from ust.api.algebra import sddmm
 from ust.api.compute import Compute, Semiring, compute, einsum
 from ust.api.explain import explain
 from ust.api.linalg import DirectSolver, DirectSolverOptions, solve
 from ust.api.matmul import Matmul, matmul
+from ust.api.tune import tune
 from ust.convert import asarray
 from ust.formats import Format, FormatTemplate, format, load_formats, parse_formats  # noqa: A004
 from ust.plan.routes import freeze as _freeze_routes
@@ -74,6 +76,7 @@ __all__ = [
     "UstError",
     "UstSyntaxError",
     "__version__",
+    "advise",
     "asarray",
     "compute",
     "dense",
@@ -89,4 +92,5 @@ __all__ = [
     "parse_formats",
     "sddmm",
     "solve",
+    "tune",
 ]

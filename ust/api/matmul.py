@@ -9,7 +9,6 @@ space of ``B``.  The fused form is always one library call or one generated kern
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import OrderedDict
 from typing import Any
@@ -18,6 +17,7 @@ import numpy as np
 
 from ust.algebra.operands import SPARSE, as_tensor, kind
 from ust.api.algebra import apply_epilog, matmul_sparse, multiply, transpose
+from ust.api.route_choice import RouteChoice, choose_route, known_variant
 from ust.plan import Problem, classify, decide
 from ust.plan.planner import c_compiler_available
 from ust.plan.routes import route as register_route
@@ -194,6 +194,7 @@ class Matmul(StatefulOperation):
     kind = "matmul"
     #: True when :meth:`load_plan` reused the saved route/variant (False: planned afresh).
     from_saved_plan: bool = False
+    _spare_out: Any = None
 
     def __init__(
         self,
@@ -235,6 +236,12 @@ class Matmul(StatefulOperation):
         self.executor: Any = None
         self.variant: Any = self.options.get("variant")
         self._result: Any = None
+        #: How the route was chosen: "rule table", "forced by options", "from a tuning record of
+        #: <date>", "cost model: <why>", "autotuned" (``explain`` prints it).
+        self.choice = "rule table"
+        self._tuning: RouteChoice = choose_route(self, b)
+        #: Where autotune wrote its tuning record (None: not written).
+        self.record_path: Any = None
 
     # ------------------------------------------------------------------------------ checks
     def _check(self, a: Any, b: Any, c: Any) -> None:
@@ -263,7 +270,12 @@ class Matmul(StatefulOperation):
             self.c = dense_operand(xp, self.c, self.dtype)
         shape = self._result_shape(self.a, _dense_shape(self.b))
         order = "F" if self.b.ndim == 2 and array_layout(self.b) == "col" else "C"
-        self.out = xp.empty(shape, dtype=self.dtype, order=order)
+        spare, self._spare_out = self._spare_out, None  # a one-shot call's unused result buffer
+        self.out = (
+            spare
+            if _fits(spare, shape, self.dtype, order)
+            else xp.empty(shape, dtype=self.dtype, order=order)
+        )
         self._direct = not place.moves
 
     def _xp(self) -> Any:
@@ -277,9 +289,21 @@ class Matmul(StatefulOperation):
 
     def _plan(self) -> Any:
         self._move_operands()
+        self.variant = self._tuning.variant_for(self)
         d = self.decision
-        _log.info("route for %s: %s (%s)", self.problem.op, d.route, d.reason)
-        self.executor = self._build(d.rule, self.variant)
+        _log.info("route for %s: %s (%s; %s)", self.problem.op, d.route, d.reason, self.choice)
+        try:
+            self.executor = self._build(d.rule, self.variant)
+        except Exception as exc:
+            if self._tuning.forced:
+                raise
+            # a record's or the cost model's choice that does not build here: the rule table's does
+            _log.warning(
+                "route %s (variant %r, %s) cannot run here (%s: %s); using the rule table's choice",
+                d.route, self.variant, self.choice, type(exc).__name__, exc,
+            )  # fmt: skip
+            self.decision, self.variant, self.choice = decide(self.problem), None, "rule table"
+            self.executor = self._build(self.decision.rule, self.variant)
         return self
 
     def _stream(self) -> int:
@@ -295,8 +319,11 @@ class Matmul(StatefulOperation):
         """The result in B's package and memory space (copied only when spaces differ)."""
         return self._place.back(out)
 
-    def autotune(self, iterations: int = 5) -> dict[str, float]:
-        """Time every candidate route (and variant) on the real operands; keep the fastest."""
+    def autotune(self, iterations: int = 5, *, record: bool = True) -> dict[str, float]:
+        """Time every candidate route (and variant) on the real operands; keep the fastest.
+
+        With ``record`` (the default), what was measured is written as a tuning record
+        (:func:`ust.tune`), which later plans and one-shot calls on similar matrices follow."""
         self._require("autotune", "plan")
         timings: dict[str, float] = {}
         best: tuple[float, Any, Rule, Any] | None = None
@@ -326,8 +353,12 @@ class Matmul(StatefulOperation):
                 self.problem,
                 rule,
                 rule.reason_for(self.problem) + " (fastest when autotuned)",
+                tuple(r for r in (self.decision.rule, *self.decision.alternatives) if r is not rule),
             )
+            self.choice = "autotuned"
             _log.info("autotune chose %s variant %s: %s", rule.route, self.variant, timings)
+            if record:
+                self.record_path = self._tuning.store(self, timings)
         return timings
 
     def _variants(self, rule: Rule) -> tuple[Any, ...]:
@@ -423,6 +454,7 @@ class Matmul(StatefulOperation):
         """
         mm = cls(a, b, c, **kwargs)
         fresh_decision, fresh_variant = mm.decision, mm.variant
+        fresh_choice, fresh_tuning = mm.choice, mm._tuning
         choice = mm._checked_plan(path, mm._saved_choice)
         if choice is not None:
             mm.decision = type(mm.decision)(
@@ -431,6 +463,10 @@ class Matmul(StatefulOperation):
                 choice["rule"].reason_for(mm.problem) + " (from a saved plan)",
             )
             mm.variant = choice["variant"]
+            mm.choice, mm._tuning = (
+                "from a saved plan",
+                RouteChoice(key=mm._tuning.key, stats=mm._tuning.stats),
+            )
             try:
                 mm.plan()
             except Exception as exc:  # the saved choice does not build here: the default does
@@ -442,7 +478,8 @@ class Matmul(StatefulOperation):
                     type(exc).__name__,
                     exc,
                 )
-                mm.decision, mm.variant = fresh_decision, fresh_variant
+                mm.decision, mm.variant, mm.choice = fresh_decision, fresh_variant, fresh_choice
+                mm._tuning = fresh_tuning
             else:
                 mm.from_saved_plan = True
                 return mm
@@ -478,7 +515,7 @@ class Matmul(StatefulOperation):
                 f"here (candidates: {', '.join(r.route for r in rules)})"
             )
         variant = plan["variant"]
-        known = _known_variant(rule.route, variant)
+        known = known_variant(rule.route, variant)
         if known and rule.route == "cusparse" and variant is not None:
             # this format's algorithms only: no number reaches cuSPARSE unchecked
             known = variant in self._variants(rule)
@@ -491,11 +528,13 @@ class Matmul(StatefulOperation):
         return {"rule": rule, "variant": variant}
 
     def explain(self) -> str:
-        """The plan as text: route, reason, placement and the other candidates."""
-        return explain_decision(self.decision, self.space, self._b_space, self.a)
+        """The plan as text: route, reason, how it was chosen, placement and the other candidates."""
+        return explain_decision(self.decision, self.space, self._b_space, self.a, self.choice)
 
 
-def explain_decision(decision: Any, space: ExecutionSpace, operands_space: ExecutionSpace, a: Any) -> str:
+def explain_decision(
+    decision: Any, space: ExecutionSpace, operands_space: ExecutionSpace, a: Any, choice: str = "rule table"
+) -> str:
     p = decision.problem
     lines = [
         f"operation: {p.op} (alpha * A @ B + beta * C)",
@@ -503,6 +542,7 @@ def explain_decision(decision: Any, space: ExecutionSpace, operands_space: Execu
         f"operands in {operands_space.describe()} memory; execution space: {space.describe()}",
         f"route: {decision.route}",
         f"reason: {decision.reason}",
+        f"chosen: {choice}",
     ]
     if decision.rule.convert_to:
         lines.append(f"conversion: A -> {decision.rule.convert_to} once, at plan time")
@@ -515,6 +555,13 @@ def explain_decision(decision: Any, space: ExecutionSpace, operands_space: Execu
             "other candidates (autotune times them): " + ", ".join(r.route for r in decision.alternatives)
         )
     return "\n".join(lines)
+
+
+def _fits(out: Any, shape: tuple[int, ...], dtype: str, order: str) -> bool:
+    """Whether a result buffer no caller holds can serve as ``out`` again."""
+    if out is None or tuple(out.shape) != shape or str(out.dtype) != dtype:
+        return False
+    return bool(out.flags.f_contiguous if order == "F" and out.ndim == 2 else out.flags.c_contiguous)
 
 
 def _is_sparse_operand(x: Any) -> bool:
@@ -627,7 +674,10 @@ def matmul(
                     _ONE_SHOT.popitem(last=False)[1].free()
         out = mm.execute()
         if key is not None:
-            mm.out = None  # the next call allocates a fresh result: this one belongs to the caller
+            # the next call allocates a fresh result when this one went to the caller; a buffer the
+            # route left unused (SciPy returns its own array) serves again: no page faults for it
+            mm._spare_out = None if out is mm.out else mm.out
+            mm.out = None
     if epilog is not None:
         out = apply_epilog(out, epilog, epilog_params or {})
     return out
@@ -659,21 +709,6 @@ def rmatmul(x: Any, a: Any) -> Any:
     if nd == 2:
         return matmul(at, x.T).T
     raise ShapeError(f"x @ A takes a 1-D or 2-D x, got {nd}-D")
-
-
-#: Variant names saved plans may hold for the generated routes (see ust.codegen.schedule.variants).
-_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32))?")
-
-
-def _known_variant(route: str, variant: Any) -> bool:
-    """Whether ``variant`` is a well-formed variant of ``route`` (checked before anything parses it)."""
-    if variant is None:
-        return True
-    if route.startswith("generated"):
-        return isinstance(variant, str) and _GENERATED_VARIANT.fullmatch(variant) is not None
-    if route == "cusparse":  # a cuSPARSE algorithm enum
-        return isinstance(variant, int) and not isinstance(variant, bool) and 0 <= variant < 64
-    return False
 
 
 def _cut(text: str, limit: int = 60) -> str:

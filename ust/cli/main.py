@@ -177,7 +177,8 @@ def _run_cache(args: argparse.Namespace) -> int:
 
 def _tensor_command(name: str) -> _Command:
     """Commands kept in their own modules: show / convert (ust.cli.tensor), spmv / explain
-    (ust.cli.compute); imported when the parser is built."""
+    (ust.cli.compute), advise (ust.cli.advise); imported when the parser is built."""
+    from ust.cli import advise as ca
     from ust.cli import compute as cc
     from ust.cli import tensor as ct
 
@@ -186,6 +187,7 @@ def _tensor_command(name: str) -> _Command:
         "convert": (ct.CONVERT_HELP, ct.CONVERT_EXAMPLE, ct.configure_convert, ct.run_convert),
         "spmv": (cc.SPMV_HELP, cc.SPMV_EXAMPLE, cc.configure_spmv, cc.run_spmv),
         "explain": (cc.EXPLAIN_HELP, cc.EXPLAIN_EXAMPLE, cc.configure_explain, cc.run_explain),
+        "advise": (ca.ADVISE_HELP, ca.ADVISE_EXAMPLE, ca.configure_advise, ca.run_advise),
     }
     return _Command(*table[name])
 
@@ -201,6 +203,7 @@ _COMMANDS: dict[str, _Command] = {
     "convert": _tensor_command("convert"),
     "spmv": _tensor_command("spmv"),
     "explain": _tensor_command("explain"),
+    "advise": _tensor_command("advise"),
     "solve": _Command(
         "solve A x = b with cuDSS on the GPU or SuperLU on the CPU (or a Krylov method: --method cg "
         "--precond amg), printing each phase's time and the residual",

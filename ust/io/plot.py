@@ -26,7 +26,7 @@ from ust.runtime.log import get_logger
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
-__all__ = ["binned_counts", "grid_shape", "plot", "stored_grid"]
+__all__ = ["binned_counts", "grid_shape", "plot", "plot_advice", "stored_grid"]
 
 log = get_logger("plot")
 log.addHandler(logging.NullHandler())
@@ -256,4 +256,34 @@ def plot(
     if path is not None:
         fig.savefig(str(path), dpi=dpi)
         log.info("drew %s tensor %s to %s", name, t.shape, path)
+    return fig
+
+
+def plot_advice(
+    rows: list[dict[str, Any]], title: str, path: str | Path | None = None, *, dpi: int = 120
+) -> Any:
+    """Draw ``ust.advise``'s table: per-call time of each format (left) and the calls after
+    which converting pays (right; "never" drawn as an empty bar).  ``rows`` are the table's
+    rows as dicts (``format``, ``call_s``, ``break_even``); returns the matplotlib Figure."""
+    Figure, FigureCanvasAgg = _matplotlib()
+    rows = sorted(rows, key=lambda r: r["call_s"])
+    names = [str(r["format"])[:40] for r in rows]
+    fig = Figure(figsize=(11, max(3.0, 0.45 * len(rows) + 1.5)), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True)
+    y = np.arange(len(rows))
+    left.barh(y, [1e3 * r["call_s"] for r in rows], color="#6fa8dc")
+    left.set_yticks(y, names)
+    left.invert_yaxis()
+    left.set_xlabel("ms per call")
+    even = [r["break_even"] for r in rows]
+    right.barh(y, [0.0 if e is None else float(e) for e in even], color="#93c47d")
+    for yi, e, r in zip(y, even, rows):
+        label = "as given" if r.get("convert_s", 1.0) == 0 else ("never" if e is None else f"{math.ceil(e)}")
+        right.text(0, yi, f" {label}", va="center", fontsize=9)
+    right.set_xlabel("calls until the conversion pays")
+    fig.suptitle(title, fontsize=11)
+    if path is not None:
+        fig.savefig(str(path), dpi=dpi)
+        log.info("drew the advice table to %s", path)
     return fig

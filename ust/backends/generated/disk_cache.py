@@ -414,7 +414,7 @@ class ArtifactCache:
 # beginning with ust's MAGIC.  Anything else is counted as "other" and left alone.
 
 #: The kinds of artefact, one directory each under the root (ArtifactCache's ``kind``).
-KINDS = ("c", "cuda")
+KINDS = ("c", "cuda", "tune")  # "tune": tuning records (ust.backends.generated.tuning_store)
 _ENTRY_RE = re.compile(r"^[0-9a-f]{64}\.[A-Za-z0-9_]+$")  # <content key><suffix>, e.g. <sha256>.so
 _TEMP_RE = re.compile(r"^\.[0-9a-f]{64}\.[A-Za-z0-9_]+\..+\.tmp$")  # _atomic_write's temporaries
 #: A temporary file older than this is left over from a process that died while writing it.
