@@ -56,6 +56,7 @@ from ust.codegen.ir import (
     Var,
     While,
     block,
+    free_names,
     walk,
 )
 from ust.codegen.notation import IndexExpr
@@ -792,16 +793,20 @@ class _Lowerer:
 
     def _flatten(self, lp: Loop) -> Loop:
         inner = lp.body.body
-        if len(inner) != 1 or not isinstance(inner[0], Loop):
+        lets = [x for x in inner if isinstance(x, Let)]
+        rest = [x for x in inner if not isinstance(x, Let)]
+        if len(rest) != 1 or not isinstance(rest[0], Loop) or inner[-1] is not rest[0]:
             return lp
-        il = inner[0]
+        il = rest[0]
         v = il.var[2:] if il.var.startswith("x_") else ""
         full = isinstance(il.lo, Const) and il.lo.value == 0 and il.hi == ext(v)
         if not (v in self.expr.out_indices and full and not il.parallel):
             return lp
+        if any(x.name in free_names(il.lo) | free_names(il.hi) for x in lets):
+            return lp
         self.flat.append(v)
         il = dataclasses.replace(il, parallel=True, tag="cols")
-        return dataclasses.replace(lp, body=Block((self._flatten(il),)))
+        return dataclasses.replace(lp, body=Block((*lets, self._flatten(il))))
 
     def kernel(self, name: str) -> Kernel:
         body = self.nest(

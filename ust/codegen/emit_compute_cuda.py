@@ -171,12 +171,13 @@ class _ComputeCuda(CStyleRenderer):
             return
         chain = [s]
         while (
-            len(chain[-1].body.body) == 1
-            and isinstance(chain[-1].body.body[0], Loop)
-            and chain[-1].body.body[0].parallel
-            and chain[-1].body.body[0].tag == "cols"
+            chain[-1].body.body
+            and isinstance(chain[-1].body.body[-1], Loop)
+            and chain[-1].body.body[-1].parallel
+            and chain[-1].body.body[-1].tag == "cols"
+            and all(isinstance(x, Let) for x in chain[-1].body.body[:-1])
         ):
-            chain.append(chain[-1].body.body[0])
+            chain.append(chain[-1].body.body[-1])
         if len(chain) > 1:
             self.flat_loops(chain, depth)
             return
@@ -216,6 +217,9 @@ class _ComputeCuda(CStyleRenderer):
                 self.out(d + 1, f"ust_r /= ust_e{n};")
             else:
                 self.out(d + 1, f"const {it} {chain[n].var} = ust_lo{n} + ust_r;")
+        for lp in chain[:-1]:  # each level's lets (its coordinate, the segment below it)
+            for x in lp.body.body[:-1]:
+                self.stmt(x, d + 1)
         self.block(chain[-1].body, d + 1)
         self.out(d, "}")
         self.out(depth, "}")
