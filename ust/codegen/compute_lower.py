@@ -441,18 +441,18 @@ class _Lowerer:
                 heads.append(Decl(p, lo, "index"))
                 ps[aid] = Var(p)
             mins: Expr | None = None
+            heads_of: dict[int, Var] = {}
             for aid in iters:
                 hi = bounds[aid][1]
-                cand = Select(Bin("<", ps[aid], hi), crd_at(aid, ps[aid]), BIG)
-                mins = cand if mins is None else Bin("min", mins, cand)
+                cur = self.fresh(f"cur{aid}")  # the segment's head coordinate, read once per step
+                pre.append(Let(cur, Select(Bin("<", ps[aid], hi), crd_at(aid, ps[aid]), BIG)))
+                heads_of[aid] = Var(cur)
+                mins = Var(cur) if mins is None else Bin("min", mins, Var(cur))
             assert mins is not None
             pre.append(Let(c.name, mins))
             for aid in iters:
-                hi = bounds[aid][1]
                 hit = self.fresh(f"hit{aid}")
-                pre.append(
-                    Let(hit, Bin("&&", Bin("<", ps[aid], hi), Bin("==", crd_at(aid, ps[aid]), c)), "bool")
-                )
+                pre.append(Let(hit, Bin("==", heads_of[aid], c), "bool"))
                 scan, nxt = advance(aid, ps[aid], hi, c)
                 pre.extend(If(Var(hit), Block((s,))) if isinstance(s, While) else s for s in scan)
                 hits[aid] = Var(hit)
