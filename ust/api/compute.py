@@ -936,7 +936,7 @@ class Compute(StatefulOperation):
         return args
 
     def _run(self, p: _Plan) -> Any:
-        from ust.backends.generated.compute_exec import run_compute
+        from ust.backends.generated.compute_exec import BoundTooLarge, run_compute
         from ust.runtime.cpu_threads import threads
 
         xp = _xp_of(p.device)
@@ -950,18 +950,19 @@ class Compute(StatefulOperation):
         if on_gpu:
             outer = p.extents[p.order[0]] if p.order else 1
             args["ust_group"] = self._group or lanes_per_row(work / max(outer, 1))
-        res = run_compute(
-            p.ck,
-            p.library.launch,
-            xp,
-            args,
-            p.extents,
-            out_ext,
-            self.semiring,
-            str(p.value_dtype),
-            nthreads,
-        )
-        return res
+        vdt = str(p.value_dtype)
+        try:
+            return run_compute(
+                p.ck, p.library.launch, xp, args, p.extents, out_ext, self.semiring, vdt, nthreads
+            )
+        except BoundTooLarge:
+            # the one-pass bound does not fit: count the entries first (two passes), compiled once
+            _log.info("compute: the one-pass bound is too large to reserve; counting entries first")
+            ck = self._lower(
+                p.expr, p.specs, p.order, p.output, vdt, p.ck.mode, False, p.extents, one_pass=False
+            )
+            lib = _c_library(ck)
+            return run_compute(ck, lib.launch, xp, args, p.extents, out_ext, self.semiring, vdt, nthreads)
 
     def _execute(self, **kwargs: Any) -> Any:
         if kwargs:
