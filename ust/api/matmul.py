@@ -485,7 +485,7 @@ class Matmul(StatefulOperation):
         if not known:
             raise PlanFileError(
                 f"{where} is damaged: variant {_cut(repr(variant))} is not a variant of route {rule.route} "
-                f"(generated routes: auto, storage or outer, optionally ':g1' ... ':g32'; "
+                f"(generated routes: auto, storage or outer, optionally ':g1' ... ':g32' or ':nnz'; "
                 "cuSPARSE: an algorithm number; others: null)"
             )
         return {"rule": rule, "variant": variant}
@@ -662,7 +662,7 @@ def rmatmul(x: Any, a: Any) -> Any:
 
 
 #: Variant names saved plans may hold for the generated routes (see ust.codegen.schedule.variants).
-_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32))?")
+_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32)|:nnz)?")
 
 
 def _known_variant(route: str, variant: Any) -> bool:
