@@ -268,6 +268,19 @@ class Format:
         """Every level is dense (or batch): storage is a plain strided array."""
         return all(lv.format in (LevelFormat.DENSE, LevelFormat.BATCH) for lv in self.levels)
 
+    def __hash__(self) -> int:
+        """The dataclass hash of the compared fields, computed once: formats key every planner
+        and kernel cache, and hashing the levels anew cost a microsecond per lookup."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.ndim, self.levels))
+            self.__dict__["_hash"] = h  # a frozen dataclass: written past __setattr__
+        return int(h)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled state without the cached hash (string hashes differ between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @functools.cached_property
     def standard_name(self) -> str | None:
         """The standard library name this format equals structurally, e.g. ``"CSR"``."""
