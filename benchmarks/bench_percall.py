@@ -57,40 +57,49 @@ def operands(n: int, density: float) -> tuple[sp.csr_array, sp.csr_array, np.nda
     return sp.csr_array(a), sp.csr_array(b), np.random.default_rng(2).random(n)
 
 
+def _cases(a: Any, b: Any, x: Any) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
+    """(ust's call, SciPy's) for each one-shot operation."""
+    import ust
+
+    return {
+        "asarray(A)": (lambda: ust.asarray(a), lambda: sp.csr_array(a)),
+        "matmul(A, x)": (lambda: ust.matmul(a, x), lambda: a @ x),
+        "ops.add(A, B)": (lambda: ust.ops.add(a, b), lambda: a + b),
+        "ops.multiply(A, B)": (lambda: ust.ops.multiply(a, b), lambda: a.multiply(b)),
+        "asarray(A).convert('CSC')": (lambda: ust.asarray(a).convert("CSC"), lambda: a.tocsc()),
+        "solve(A, b)": (lambda: ust.solve(a, x), lambda: spl.spsolve(a, x)),
+    }
+
+
+def _execute(a: Any, x: Any, rounds: int) -> dict[str, float]:
+    """A planned Matmul's execute, its executor's run alone, and SciPy's ``A @ x``."""
+    import ust
+
+    mm = ust.Matmul(a, x)
+    mm.plan()
+    kernel = mm.executor
+    return per_call(
+        {"execute": mm.execute, "kernel": lambda: kernel.run(mm.b, mm.c, mm.out, 0), "scipy": lambda: a @ x},
+        rounds,
+    )
+
+
 def rows(sizes: list[int], density: float, rounds: int) -> list[dict[str, Any]]:
     import ust
 
     out: list[dict[str, Any]] = []
     for n in sizes:
         a, b, x = operands(n, density)
-        mm = ust.Matmul(a, x)
-        mm.plan()
-        kernel = mm.executor
-        cases: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
-            "asarray(A)": (lambda: ust.asarray(a), lambda: sp.csr_array(a)),
-            "matmul(A, x)": (lambda: ust.matmul(a, x), lambda: a @ x),
-            "ops.add(A, B)": (lambda: ust.ops.add(a, b), lambda: a + b),
-            "ops.multiply(A, B)": (lambda: ust.ops.multiply(a, b), lambda: a.multiply(b)),
-            "asarray(A).convert('CSC')": (lambda: ust.asarray(a).convert("CSC"), lambda: a.tocsc()),
-            "solve(A, b)": (lambda: ust.solve(a, x), lambda: spl.spsolve(a, x)),
-        }
         np.testing.assert_allclose(ust.matmul(a, x), a @ x, rtol=1e-12)
         np.testing.assert_allclose(ust.solve(a, x), spl.spsolve(a, x), rtol=1e-10)
         np.testing.assert_allclose(ust.ops.add(a, b).toarray(), (a + b).toarray(), rtol=1e-12)
-        for name, (ours, theirs) in cases.items():
+        for name, (ours, theirs) in _cases(a, b, x).items():
             t = per_call(
                 {"ust": ours, "scipy": theirs}, rounds if "solve" not in name else max(3, rounds // 3)
             )
             out.append({"n": n, "call": name, "ust us": t["ust"], "SciPy us": t["scipy"],
                         "ust / SciPy": t["ust"] / t["scipy"], "goal": f"<= {GOALS['vs_scipy']}"})  # fmt: skip
-        t = per_call(
-            {
-                "execute": mm.execute,
-                "kernel": lambda: kernel.run(mm.b, mm.c, mm.out, 0),
-                "scipy": lambda: a @ x,
-            },
-            rounds,
-        )
+        t = _execute(a, x, rounds)
         out.append({"n": n, "call": "Matmul.execute (planned)", "ust us": t["execute"], "SciPy us": t["scipy"],
                     "ust / SciPy": t["execute"] / t["scipy"], "goal": f"<= {GOALS['vs_scipy']}"})  # fmt: skip
         out.append({"n": n, "call": "Matmul.execute less its executor's run (Python overhead)",

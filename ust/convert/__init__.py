@@ -168,9 +168,9 @@ def asarray(
     ``"bounds"`` or ``"structure"`` also run :class:`ust.Tensor`'s check at that depth on the
     intake (``"full"`` verifies the order and uniqueness SciPy's flags claim).
     """
-    if format is None and check is None and dtype is None and device is None and index_dtype is None:
-        if blocksize is None:  # the plain intake: nothing to resolve, check, cast or move
-            return _intake(obj)
+    plain = format is None and check is None and dtype is None and device is None
+    if plain and index_dtype is None and blocksize is None:
+        return _intake(obj)  # the plain intake: nothing to resolve, check, cast or move
     from ust.formats.library import resolve
     from ust.tensor.core import _CHECK_DEPTH
     from ust.tensor.validate import check_buffers

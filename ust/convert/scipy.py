@@ -17,11 +17,11 @@ import numpy as np
 from ust.convert.layouts import coo_format, library_layout, relabel
 from ust.formats.library import get
 from ust.formats.model import Format
+from ust.runtime.errors import ShapeError
+from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES, check_index_array, check_value_dtype
 
 #: SciPy's compressed format names -> ust's standard formats (looked up once)
 _CSR_CSC = {"csr": get("CSR"), "csc": get("CSC")}
-from ust.runtime.errors import ShapeError
-from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES, check_index_array, check_value_dtype
 
 if TYPE_CHECKING:
     from ust.tensor import Tensor
