@@ -18,7 +18,7 @@ from ust.plan import Decision, Problem, classify
 from ust.plan.planner import c_compiler_available, format_text
 from ust.plan.planner import choose as plan_choose
 
-__all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem"]
+__all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem", "problem_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,26 @@ def problem(
         max(a.shape, default=0),
         None if other is None else other.format,
         other_kind,
+    )
+
+
+def problem_of(
+    op: str,
+    fmt: Any,
+    device: str,
+    dtype: Any,
+    index_dtype: Any,
+    ndim: int,
+    max_extent: int,
+    *,
+    other: Any = None,
+    other_kind: str = "",
+) -> AlgebraProblem:
+    """:func:`problem` from the facts themselves (a caller that holds no Tensor yet)."""
+    on_gpu = device.startswith("cuda")
+    has_compiler = True if on_gpu else c_compiler_available()
+    return _problem(
+        op, fmt, on_gpu, np.dtype(dtype), np.dtype(index_dtype), has_compiler, ndim, max_extent, other, other_kind
     )
 
 

@@ -278,8 +278,8 @@ class Format:
         return int(h)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled state without the cached hash (string hashes differ between processes)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        """Pickled state without the caches (string hashes differ between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_bounds")}
 
     @functools.cached_property
     def standard_name(self) -> str | None:
@@ -321,7 +321,23 @@ class Format:
 
         ``lo`` is 0 except for a diagonal level ``j - i``, whose offsets start at
         ``-(rows - 1)``.  A block size that does not divide its extent is a FormatError.
+        Results are kept per shape (a few dozen): every conversion and kernel launch asks.
         """
+        memo = self.__dict__.get("_bounds")
+        if memo is None:
+            memo = self.__dict__["_bounds"] = {}
+        try:
+            hit = memo.get(shape if type(shape) is tuple else tuple(shape))
+        except TypeError:  # an unhashable shape: computed (and checked) below
+            hit = None
+        if hit is not None:
+            return hit
+        out = self._lvl_bounds(shape)
+        if len(memo) < 64:
+            memo[tuple(int(s) for s in shape)] = out
+        return out
+
+    def _lvl_bounds(self, shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
         shape = tuple(int(s) for s in shape)
         if len(shape) != self.ndim:
             raise ShapeError(f"format has {self.ndim} dimensions but the shape {shape} has {len(shape)}")
