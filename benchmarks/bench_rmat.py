@@ -40,7 +40,15 @@ FORMATS = {
 }
 GOALS = {"cpu_vs_scipy": 1.6, "gpu_vs_cusparse": 0.9, "load_vs_one_thread": 1.3}
 COLUMNS = ["matrix", "k", "impl", "threads", "ms", "vs baseline", "goal"]
-LOAD_COLUMNS = ["kernel", "1 thread ms", "rule ms", "rule threads", "rule / 1 thread", "goal"]
+LOAD_COLUMNS = [
+    "kernel",
+    "1 thread ms",
+    "rule ms",
+    "rule threads",
+    "rule / 1 thread",
+    "best rule / best 1",
+    "goal",
+]
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
@@ -71,10 +79,13 @@ def _static_share(a: Any, threads: int) -> float:
     return float(a.indptr[n // threads] - a.indptr[0]) / max(a.nnz, 1)
 
 
-def cpu_rows(scale: int, rounds: int) -> list[dict[str, Any]]:
+def cpu_rows(scale: int, rounds: int, nthreads: int | None = None) -> list[dict[str, Any]]:
     import ust
+    import ust.runtime.cpu_threads as cpu_threads
     from ust.backends.cpu.ckernels import SMALL
     from ust.runtime.cpu_threads import threads
+
+    cpu_threads.THREADS = nthreads  # None: the load-aware rule
 
     a = rmat(scale)
     matrix = (
@@ -112,7 +123,7 @@ def cpu_rows(scale: int, rounds: int) -> list[dict[str, Any]]:
             if name.endswith("static split"):
                 impl += f" (thread 0 gets {100 * _static_share(a, max(nt, 2)):.0f} % of the entries)"
             rows.append({
-                "matrix": matrix, "k": k, "impl": impl, "threads": 1 if name.startswith("SciPy") else nt,
+                "matrix": matrix, "k": k, "impl": impl, "threads": 1 if name.startswith("SciPy") else (nthreads or nt),
                 "ms": f"{1e3 * med:.2f} ({1e3 * best:.2f})", "vs baseline": base / med,
                 "goal": f">= {GOALS['cpu_vs_scipy']}x" if "Matmul" in name else "",
             })  # fmt: skip
@@ -174,7 +185,8 @@ def load_rows(scale: int, rounds: int) -> list[dict[str, Any]]:
             ratio = res["rule"][0] / res["1"][0]
             rows.append({
                 "kernel": name, "1 thread ms": 1e3 * res["1"][0], "rule ms": 1e3 * res["rule"][0],
-                "rule threads": nt, "rule / 1 thread": ratio, "goal": f"<= {GOALS['load_vs_one_thread']}x",
+                "rule threads": nt, "rule / 1 thread": ratio, "best rule / best 1": res["rule"][1] / res["1"][1],
+                "goal": f"<= {GOALS['load_vs_one_thread']}x",
             })  # fmt: skip
     return rows
 
@@ -238,13 +250,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=15, help="CPU: timed calls per contender")
     p.add_argument("--load", action="store_true", help="CPU: every C kernel beside a busy process")
+    p.add_argument(
+        "--threads", type=int, default=None, help="CPU rows: force this many threads (default: the rule)"
+    )
     p.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
     args = p.parse_args(argv)
     device = args.device or ("cuda" if _has_gpu() else "cpu")
     scale = args.scale or (21 if device == "cuda" else 18)
-    rows = gpu_rows(scale) if device == "cuda" else cpu_rows(scale, args.rounds)
+    rows = gpu_rows(scale) if device == "cuda" else cpu_rows(scale, args.rounds, args.threads)
     body = markdown(rows, COLUMNS)
     if args.load and device == "cpu":
+        import ust.runtime.cpu_threads as cpu_threads
+
+        cpu_threads.THREADS = None
         body += "\nWith a competing busy process (one core spinning):\n\n" + markdown(
             load_rows(scale, args.rounds), LOAD_COLUMNS
         )
