@@ -70,7 +70,16 @@ def problem_of(
     on_gpu = device.startswith("cuda")
     has_compiler = True if on_gpu else c_compiler_available()
     return _problem(
-        op, fmt, on_gpu, np.dtype(dtype), np.dtype(index_dtype), has_compiler, ndim, max_extent, other, other_kind
+        op,
+        fmt,
+        on_gpu,
+        np.dtype(dtype),
+        np.dtype(index_dtype),
+        has_compiler,
+        ndim,
+        max_extent,
+        other,
+        other_kind,
     )
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ust.tensor import Tensor
 
 __all__ = [
+    "compressed_array",
     "csr_tobsr_sorted",
     "from_scipy",
     "from_scipy_trusted",
@@ -404,7 +405,7 @@ _ATTRS: dict[type, dict[str, Any] | None] = {}
 _BUFFERS = frozenset({"_shape", "indices", "indptr", "data"})
 
 
-def _compressed_array(cls: Any, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: Any) -> Any:
+def compressed_array(cls: Any, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: Any) -> Any:
     """``cls((data, indices, indptr), shape=shape)`` for buffers ust has already checked, without
     the constructor's checks (an O(nnz) scan of int64 indices for a cast, the format check):
     that cost 20-50 us per call on small matrices, several times SciPy's own operation.  The
@@ -445,7 +446,7 @@ def to_scipy(t: Tensor) -> Any:
     shape = t.shape
     if lay.name in ("csr", "csc"):
         cls = sp.csr_array if lay.name == "csr" else sp.csc_array
-        A = _compressed_array(cls, t.values, t.crd(1), t.pos(1), shape)
+        A = compressed_array(cls, t.values, t.crd(1), t.pos(1), shape)
     elif lay.name == "bsr":
         r, c = lay.blocksize  # type: ignore[misc]
         data = t.values.reshape(-1, r, c)

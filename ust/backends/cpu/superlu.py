@@ -55,6 +55,11 @@ def check_permutation(perm: Any, n: int, what: str = "the permutation") -> np.nd
     return out
 
 
+#: Entries up to which the symmetry test sorts keys (a small sort beats SciPy's conversion,
+#: whose constructor checks cost more than the whole transpose of a small matrix).
+_SORT_LIMIT = 1 << 16
+
+
 def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
     """True when the nonzero pattern of ``a`` equals that of its transpose (values ignored).
 
@@ -62,6 +67,11 @@ def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
     copy (SciPy's transpose sorts): one conversion, no sparse comparison (three constructions
     and a merge, a third of a one-shot solve of a small matrix)."""
     if a.has_canonical_format:
+        n, nnz = a.shape[0], int(a.indptr[-1])
+        if nnz <= _SORT_LIMIT:  # (row, col) keys against sorted (col, row) keys: NumPy only
+            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.indptr))
+            cols = a.indices[:nnz].astype(np.int64)
+            return bool(np.array_equal(rows * n + cols, np.sort(cols * n + rows)))
         c = a.tocsc()
         return bool(np.array_equal(a.indptr, c.indptr) and np.array_equal(a.indices, c.indices))
     p = a.copy()
