@@ -603,8 +603,12 @@ def _one_shot_key(
     else:
         # plain attributes (SciPy keeps its arrays in the instance dict): no failed getattr per call
         own = getattr(a, "__dict__", None)
-        if own is not None:
-            bufs = tuple(id(own.get(attr)) for attr in _BUFFER_ATTRS)
+        if own is not None:  # _BUFFER_ATTRS spelt out: a generator per call costs a microsecond
+            g = own.get
+            bufs = (
+                id(g("data")), id(g("indices")), id(g("indptr")), id(g("row")), id(g("col")),
+                id(g("coords")), id(g("offsets")),
+            )  # fmt: skip
         else:
             bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
     return (id(a), bufs, bk, ck, alpha, beta, execution if execution is None else str(execution))
