@@ -187,8 +187,33 @@ del _name, _build
 def plan_convert(t: Any, fmt: Format, route: str | None = None) -> tuple[list[ConvertStep], Decision]:
     """The steps of ``t.convert(fmt)`` and the decision behind them (``route=`` forces one of the
     candidates; ``"general"`` is one for every conversion)."""
+    p = convert_problem(t, fmt)
+    if route is None:  # the steps follow from the problem and the two formats: planned once
+        steps, d = _planned(p, t.format, fmt)
+        return list(steps), d
+    d = choose(p, route)  # every conversion logs on ust.convert already
+    return _steps(d, t.format, fmt), d
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned(p: ConvertProblem, source: Format, fmt: Format) -> tuple[list[ConvertStep], Decision]:
+    d = decide(p)
+    return _steps(d, source, fmt), d
+
+
+def _steps(d: Decision, source: Format, fmt: Format) -> list[ConvertStep]:
+    """The route's steps: every builder reads only the source's format and device, which
+    ``_Source`` carries (so a cached plan holds no tensor)."""
     from ust.plan.routes import route_of
 
-    p = convert_problem(t, fmt)
-    d = decide(p) if route is None else choose(p, route)  # every conversion logs on ust.convert already
-    return route_of(d.rule).build(t, fmt), d
+    return list(route_of(d.rule).build(_Source(source, d.problem.device), fmt))
+
+
+class _Source:
+    """What a route builder reads of the tensor it converts: its format and device."""
+
+    __slots__ = ("device", "format")
+
+    def __init__(self, fmt: Format, device: str) -> None:
+        self.format = fmt
+        self.device = device
