@@ -37,6 +37,26 @@ def random_rows(n: int, per_row: int = 8, seed: int = 0, dtype: Any = np.float64
     return a
 
 
+def rmat(
+    scale: int, edge_factor: int = 16, a: float = 0.57, b: float = 0.19, c: float = 0.19, seed: int = 0
+) -> sp.csr_array:
+    """An R-MAT graph (Graph500's generator): ``2**scale`` vertices, ``edge_factor`` edges per
+    vertex drawn quadrant by quadrant with probabilities a, b, c, 1 - a - b - c, duplicates
+    summed, int32 indices.  Rows are not permuted, so the hub rows come first (a static split of
+    equal row counts gives thread 0 most of the entries)."""
+    rng = np.random.default_rng(seed)
+    n, m = 1 << scale, edge_factor << scale
+    i = np.zeros(m, np.int64)
+    j = np.zeros(m, np.int64)
+    for _ in range(scale):
+        r = rng.random(m)
+        i = 2 * i + (r >= a + b)
+        j = 2 * j + (((r >= a) & (r < a + b)) | (r >= a + b + c))
+    out = sp.csr_array((rng.random(m), (i, j)), shape=(n, n))
+    out.sum_duplicates()
+    return sp.csr_array((out.data, out.indices.astype(np.int32), out.indptr.astype(np.int32)), shape=(n, n))
+
+
 def time_cpu(fn: Callable[[], Any], repeat: int = 7, warmup: int = 1) -> float:
     """Median seconds of ``fn()`` on the CPU."""
     for _ in range(warmup):

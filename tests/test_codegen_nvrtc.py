@@ -17,6 +17,7 @@ from tests.codegen_cases import get_format, gpu_suite
 from ust.backends.cuda.nvrtc import NvrtcError, compile_cuda, find_nvrtc, nvrtc_version
 from ust.codegen.emit_cuda import NVRTC_OPTIONS, emit_cuda
 from ust.codegen.lower import lower
+from ust.formats import format as ust_format
 
 pytestmark = pytest.mark.skipif(
     find_nvrtc() is None,
@@ -68,3 +69,27 @@ def test_a_broken_kernel_fails_with_nvrtcs_log() -> None:
 
 def test_version_is_cuda_12_or_13() -> None:
     assert nvrtc_version()[0] >= 12
+
+
+def test_every_nnz_split_kernel_compiles() -> None:
+    """The load-balanced CUDA kernels (balance="nnz"): every op, layout, dtype and index type."""
+    kernels = []
+    for text in ("(i, j) -> (i : dense, j : compressed)", "(i, j) -> (i : compressed, j : compressed)"):
+        for op, layout in (("mv", "row"), ("mm", "row"), ("mm", "col")):
+            for dtype in ("float32", "float64", "complex64", "complex128"):
+                for idt, itype in (("int32", "int32"), ("int32", "int64"), ("int64", "int64")):
+                    kernels.append(
+                        lower(
+                            ust_format(text),
+                            op,
+                            layout=layout,
+                            value_dtype=dtype,
+                            index_dtype=idt,
+                            itype=itype,
+                            balance="nnz",
+                        )
+                    )
+    src = emit_cuda(kernels)
+    assert "#include" not in src and src.count("_nz_g1(") == len(kernels)
+    cubin = compile_cuda(src, _options(), name="nnz_split.cu")
+    assert cubin[:4] == b"\x7fELF"

@@ -215,3 +215,102 @@ def test_probe_cache_refused_in_a_directory_others_can_write(tmp_path: Path) -> 
         assert "not using the kernel cache" in log
     finally:
         root.chmod(0o700)
+
+
+# ------------------------------------------------------------------------ one-shot paths (issue 18, item 4)
+
+
+def _pair(kind: str = "csr", itype: type = np.int32, dtype: type = np.float64) -> tuple[Any, Any]:
+    a, b = (_csr(30, itype, seed).astype(dtype) for seed in (1, 2))
+    if np.dtype(dtype).kind == "c":
+        a, b = a * (1 + 2j), b * (2 - 1j)
+    if kind == "csc":
+        a, b = sp.csc_array(a), sp.csc_array(b)
+    return a, b
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply"])
+@pytest.mark.parametrize(
+    ("kind", "itype", "dtype"),
+    [("csr", np.int32, np.float64), ("csc", np.int64, np.complex128), ("csr", np.int64, np.float32)],
+)
+def test_scipy_pair_route_equals_scipy(op: str, kind: str, itype: type, dtype: type) -> None:
+    from ust.algebra.elementwise import scipy_pair
+
+    a, b = _pair(kind, itype, dtype)
+    before = (a.data.copy(), a.indices.copy(), b.data.copy())
+    hit = scipy_pair(op, a, b)
+    assert hit is not None and hit[1].route == "scipy"
+    want = {"add": a + b, "subtract": a - b, "multiply": a.multiply(b)}[op]
+    got = getattr(ust.ops, op)(a, b)
+    assert got.format == ust.format(kind.upper())
+    np.testing.assert_array_equal(got.to_scipy().toarray(), want.toarray())
+    assert np.array_equal(a.data, before[0]) and np.array_equal(a.indices, before[1])
+    assert np.array_equal(b.data, before[2])
+
+
+def test_scipy_pair_leaves_other_operands_to_the_general_path() -> None:
+    from ust.algebra.elementwise import scipy_pair
+
+    a, b = _pair()
+    assert scipy_pair("add", a, sp.csc_array(b)) is None  # mixed layouts
+    assert scipy_pair("add", a, b[:-1]) is None  # shapes differ: the general path raises
+    with pytest.raises(ShapeError):
+        ust.ops.add(a, b[:-1])
+    u = sp.csr_array((np.array([1.0, 2.0]), np.array([1, 0]), np.array([0, 2, 2])), shape=(2, 2))
+    assert scipy_pair("add", u, u) is None  # unsorted: labelled and planned by the general path
+    np.testing.assert_array_equal(ust.ops.add(u, u).todense(), (u + u).toarray())
+    assert scipy_pair("add", a.astype(bool), b.astype(bool)) is None
+
+
+def test_compressed_export_is_a_valid_scipy_array() -> None:
+    for itype in (np.int32, np.int64):
+        a = _csr(40, itype)
+        for t in (ust.asarray(a), ust.asarray(a).convert("CSC")):
+            s = t.to_scipy()
+            assert s.indices is t.crd(1) and s.data is t.values and s.has_canonical_format
+            s.check_format(full_check=True)
+            assert s.indices.dtype == np.dtype(itype)
+            np.testing.assert_array_equal(s.toarray(), a.toarray())
+            np.testing.assert_allclose((s @ s.T).toarray(), (a @ a.T).toarray())
+
+
+def test_one_shot_cache_hit_returns_a_fresh_result_each_call() -> None:
+    a = _csr(50)
+    x = np.arange(a.shape[1], dtype=np.float64)
+    first = ust.matmul(a, x)
+    second = ust.matmul(a, x)
+    assert first is not second and not np.shares_memory(first, second)
+    np.testing.assert_allclose(second, a @ x)
+    x2 = x[::-1].copy()  # another array of the same shape: the cached plan runs on it
+    np.testing.assert_allclose(ust.matmul(a, x2), a @ x2)
+    c = np.ones(a.shape[0])
+    for _ in range(2):
+        np.testing.assert_allclose(ust.matmul(a, x, c, alpha=2.0, beta=0.5), 2 * (a @ x) + 0.5 * c)
+    xi = np.arange(a.shape[1])  # an integer B is cast once per call, as planned
+    for _ in range(2):
+        np.testing.assert_allclose(ust.matmul(a, xi), a @ xi.astype(np.float64))
+
+
+def test_format_hash_and_bounds_caches_survive_pickling() -> None:
+    import pickle
+
+    f = ust.format("BSR[2,3]")
+    assert f.lvl_bounds((4, 6)) == ((0, 2), (0, 2), (0, 2), (0, 3))
+    g = pickle.loads(pickle.dumps(f))
+    assert "_bounds" not in vars(g) and "_hash" not in vars(g)
+    assert g == f and hash(g) == hash(f)
+    with pytest.raises(FormatError):
+        f.lvl_bounds((3, 6))
+
+
+def test_superlu_pattern_symmetry_and_norm_without_sparse_temporaries() -> None:
+    from ust.backends.cpu.superlu import _inf_norm, pattern_is_symmetric
+
+    for seed in range(4):
+        m = sp.csr_matrix(sp.random_array((40, 40), density=0.1, format="csr", rng=seed)) * (1 + 1j)
+        for a in (m, (m + m.T).tocsr()):
+            p = a.copy()
+            p.data = np.ones_like(p.data, dtype=np.int8)
+            assert pattern_is_symmetric(a) == bool((p != p.T).nnz == 0)
+            assert np.isclose(_inf_norm(a), float(abs(a).sum(axis=1).max()))

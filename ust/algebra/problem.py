@@ -9,6 +9,7 @@ table lists for the problem, else UnsupportedError names the ones it does list.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from ust.plan import Decision, Problem, classify
 from ust.plan.planner import c_compiler_available, format_text
 from ust.plan.planner import choose as plan_choose
 
-__all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem"]
+__all__ = ["AlgebraProblem", "choose", "class_text", "explain_text", "problem", "problem_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,28 +37,85 @@ def class_text(t: Any) -> str:
 def problem(
     op: str, a: Any, *, device: str, dtype: Any, other: Any = None, other_kind: str = ""
 ) -> AlgebraProblem:
-    """The planner's view of ``op`` on tensor ``a`` (and a second operand ``other``)."""
-    fc = classify(a.format)
+    """The planner's view of ``op`` on tensor ``a`` (and a second operand ``other``); the same
+    facts give the same (cached) problem, so a repeated call does no planner work."""
+    on_gpu = device.startswith("cuda")
+    return _problem(
+        op,
+        a.format,
+        on_gpu,
+        np.dtype(dtype),
+        np.dtype(a.index_dtype),
+        True if on_gpu else c_compiler_available(),
+        a.ndim,
+        max(a.shape, default=0),
+        None if other is None else other.format,
+        other_kind,
+    )
+
+
+def problem_of(
+    op: str,
+    fmt: Any,
+    device: str,
+    dtype: Any,
+    index_dtype: Any,
+    ndim: int,
+    max_extent: int,
+    *,
+    other: Any = None,
+    other_kind: str = "",
+) -> AlgebraProblem:
+    """:func:`problem` from the facts themselves (a caller that holds no Tensor yet)."""
+    on_gpu = device.startswith("cuda")
+    has_compiler = True if on_gpu else c_compiler_available()
+    return _problem(
+        op,
+        fmt,
+        on_gpu,
+        np.dtype(dtype),
+        np.dtype(index_dtype),
+        has_compiler,
+        ndim,
+        max_extent,
+        other,
+        other_kind,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem(
+    op: str,
+    fmt: Any,
+    on_gpu: bool,
+    dtype: np.dtype[Any],
+    index_dtype: np.dtype[Any],
+    has_compiler: bool,
+    ndim: int,
+    max_extent: int,
+    other_fmt: Any,
+    other_kind: str,
+) -> AlgebraProblem:
+    fc = classify(fmt)
     canonical = fc.canonical
     other_text = other_kind.upper()
-    if other is not None:
-        ofc = classify(other.format)
+    if other_fmt is not None:
+        ofc = classify(other_fmt)
         other_text = str(ofc)
         canonical = canonical and ofc.canonical
-    on_gpu = device.startswith("cuda")
     return AlgebraProblem(
         op=op,
         device="cuda" if on_gpu else "cpu",
         format_class=fc.name,
         format_params=fc.params,
         canonical=canonical,
-        dtype=str(np.dtype(dtype)),
-        index_dtype=str(np.dtype(a.index_dtype)),
+        dtype=str(dtype),
+        index_dtype=str(index_dtype),
         plain=True,
-        has_compiler=True if on_gpu else c_compiler_available(),
-        ndim=a.ndim,
-        batched=a.is_batched,
-        max_extent=max(a.shape, default=0),
+        has_compiler=has_compiler,
+        ndim=ndim,
+        batched=bool(fmt.nbatch),
+        max_extent=max_extent,
         other=other_text,
     )
 

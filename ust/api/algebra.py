@@ -230,8 +230,13 @@ register(Route("scale", "values", _map_values))
 
 def _elementwise(op: str, a: Any, b: Any, format: Any, execution: Any, route: str | None,  # noqa: A002
                  dry: bool) -> _Result:  # fmt: skip
-    from ust.algebra.elementwise import binary_sparse, dense_plus, sampled_dense
+    from ust.algebra.elementwise import binary_sparse, dense_plus, sampled_dense, scipy_pair
 
+    if format is None and execution is None and route is None and not dry:
+        hit = scipy_pair(op, a, b)  # two canonical SciPy operands: straight to SciPy's kernel
+        if hit is not None:
+            _log_route(op, hit[1])
+            return hit
     ka, kb = kind(a), kind(b)
     if SPARSE not in (ka, kb):
         raise UnsupportedError(f"{op}: at least one operand must be sparse (got {ka} and {kb})")

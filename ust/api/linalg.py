@@ -466,6 +466,10 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
     """The whole matrix as a SciPy / cupyx CSR: the stored one, or a triangle mirrored across the diagonal."""
     sparse = _sparse_module(c.xp)
     if view == "full":
+        if c.xp is np:  # buffers the intake has checked: no second check by SciPy's constructor
+            from ust.convert.scipy import compressed_array
+
+            return compressed_array(sparse.csr_matrix, c.data, c.indices, c.indptr, (c.n, c.n))
         return sparse.csr_matrix((c.data, c.indices, c.indptr), shape=(c.n, c.n))
     xp = c.xp
     rows = _row_ids(c)

@@ -33,6 +33,7 @@ from ust.runtime.spaces import (
 )
 from ust.runtime.stateful import PlanFileError, StatefulOperation, check_plan_fields
 from ust.runtime.xp import import_cupy
+from ust.tensor import Tensor
 from ust.tensor.dispatch import OPERATORS, register
 
 __all__ = ["Matmul", "matmul", "matmul_operator", "matmul_problem", "rmatmul"]
@@ -192,6 +193,7 @@ class Matmul(StatefulOperation):
     """
 
     kind = "matmul"
+    _b_as_is = False
     #: True when :meth:`load_plan` reused the saved route/variant (False: planned afresh).
     from_saved_plan: bool = False
     _spare_out: Any = None
@@ -265,6 +267,11 @@ class Matmul(StatefulOperation):
         # the compute dtype, C-contiguous or (2-D) Fortran order; strided views are copied
         from ust.backends.generated.launch import array_layout, dense_operand
 
+        self._b_as_is = (  # B needs no copy: its dtype and layout are the kernel's
+            type(self.b) is np.ndarray
+            and self.b.dtype == np.dtype(self.dtype)
+            and array_layout(self.b) is not None
+        )
         self.b = dense_operand(xp, self.b, self.dtype)
         if self.c is not None:
             self.c = dense_operand(xp, self.c, self.dtype)
@@ -314,6 +321,22 @@ class Matmul(StatefulOperation):
         # the hot path: one executor call; delivery to another package/space only when needed
         out = self.executor.run(self.b, self.c, self.out, self._stream())
         return out if self._direct else self._deliver(out)
+
+    def _run_cached(self, b: Any, c: Any, stream: Any) -> Any:
+        """Run on new dense operands of the planned shape, dtype, layout and space (a hit of
+        the one-shot cache).  On the CPU with every operand in place the executor gets them
+        directly and allocates its own result (SciPy's ``A @ x`` does anyway): no result buffer
+        made for nothing, no placement redone.  Elsewhere: the unchecked reset and execute."""
+        if self._direct and not self.space.is_cuda and self.executor is not None:
+            if not self._b_as_is:  # the key fixed dtype and layout: as the planned B needed
+                b = _dense_operand()(np, b, self.dtype)
+            c = None if c is None or self.beta == 0 else _dense_operand()(np, c, self.dtype)
+            return self.executor.run(b, c, None, 0)
+        self._stream_arg = stream
+        self.reset_operands_unchecked(b=b, c=c) if c is not None else self.reset_operands_unchecked(b=b)
+        out = self.execute()
+        self.out = None  # the next call allocates a fresh result: this one belongs to the caller
+        return out
 
     def _deliver(self, out: Any) -> Any:
         """The result in B's package and memory space (copied only when spaces differ)."""
@@ -522,7 +545,7 @@ class Matmul(StatefulOperation):
         if not known:
             raise PlanFileError(
                 f"{where} is damaged: variant {_cut(repr(variant))} is not a variant of route {rule.route} "
-                f"(generated routes: auto, storage or outer, optionally ':g1' ... ':g32'; "
+                f"(generated routes: auto, storage or outer, optionally ':g1' ... ':g32' or ':nnz'; "
                 "cuSPARSE: an algorithm number; others: null)"
             )
         return {"rule": rule, "variant": variant}
@@ -589,29 +612,53 @@ def _layout_key(b: Any) -> str | None:
     return array_layout(b)
 
 
+_DENSE_OPERAND: Any = None
+
+
+def _dense_operand() -> Any:
+    """:func:`ust.backends.generated.launch.dense_operand`, imported once (``import ust`` loads no
+    backend; an import statement per call costs more than the check it imports)."""
+    global _DENSE_OPERAND
+    if _DENSE_OPERAND is None:
+        from ust.backends.generated.launch import dense_operand
+
+        _DENSE_OPERAND = dense_operand
+    return _DENSE_OPERAND
+
+
+def _dense_key(x: Any) -> tuple[Any, ...]:
+    """What a cached plan fixes about a dense operand: shape, dtype, layout, package, space
+    (a NumPy array's in O(1) without string formatting: it is on every one-shot call)."""
+    if type(x) is np.ndarray and x.ndim <= 2:  # the flags fix array_layout for 1-D and 2-D
+        flags = x.flags
+        return (np.ndarray, x.shape, x.dtype, flags.c_contiguous, flags.f_contiguous)
+    return (tuple(x.shape), str(x.dtype), _layout_key(x), operand_package(x), str(operand_space(x)))
+
+
 def _one_shot_key(
     a: Any, b: Any, c: Any, alpha: complex, beta: complex, execution: Any, options: Any
 ) -> tuple[Any, ...] | None:
     if options:
         return None
     try:
-        bk = (
-            tuple(b.shape),
-            str(b.dtype),
-            _layout_key(b),
-            operand_package(b),
-            str(operand_space(b)),
-        )
-        ck = None if c is None else (tuple(c.shape), str(c.dtype), operand_package(c), str(operand_space(c)))
+        bk = _dense_key(b)
+        ck = None if c is None else _dense_key(c)
     except AttributeError:  # torch or array-likes: no cache
         return None
-    from ust.tensor import Tensor
-
     if isinstance(a, Tensor):  # its storage, not the scipy-style views its properties compute
         bufs = tuple(id(v) for v in a.buffers().values())
     else:
-        bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
-    return (id(a), bufs, bk, ck, complex(alpha), complex(beta), str(execution))
+        # plain attributes (SciPy keeps its arrays in the instance dict): no failed getattr per call
+        own = getattr(a, "__dict__", None)
+        if own is not None:  # _BUFFER_ATTRS spelt out: a generator per call costs a microsecond
+            g = own.get
+            bufs = (
+                id(g("data")), id(g("indices")), id(g("indptr")), id(g("row")), id(g("col")),
+                id(g("coords")), id(g("offsets")),
+            )  # fmt: skip
+        else:
+            bufs = tuple(id(getattr(a, attr, None)) for attr in _BUFFER_ATTRS)
+    return (id(a), bufs, bk, ck, alpha, beta, execution if execution is None else str(execution))
 
 
 def matmul(
@@ -639,6 +686,13 @@ def matmul(
     >>> bool(np.allclose(ust.matmul(A, np.ones(20), alpha=0.5), 0.5 * (A @ np.ones(20))))
     True
     """
+    if epilog is None and type(b) is np.ndarray and (c is None or type(c) is np.ndarray):
+        # the repeated call: a cached plan for these very operands runs at once
+        key = _one_shot_key(a, b, c, alpha, beta, execution, options)
+        mm = _ONE_SHOT.get(key) if key is not None else None
+        if mm is not None and not mm.is_freed:
+            _ONE_SHOT.move_to_end(key)  # type: ignore[arg-type]
+            return mm._run_cached(b, c, stream)
     if epilog is not None:  # a bad epilogue or parameter fails before the multiplication
         from ust.algebra.epilogue import check_epilog_params
         from ust.codegen.epilog import compile_epilog
@@ -663,8 +717,10 @@ def matmul(
         mm = _ONE_SHOT.get(key) if key is not None else None
         if mm is not None and not mm.is_freed:
             _ONE_SHOT.move_to_end(key)  # type: ignore[arg-type]
-            mm._stream_arg = stream
-            mm.reset_operands_unchecked(b=b, c=c) if c is not None else mm.reset_operands_unchecked(b=b)
+            out = mm._run_cached(b, c, stream)
+            if epilog is not None:
+                out = apply_epilog(out, epilog, epilog_params or {})
+            return out
         else:
             mm = Matmul(a, b, c, alpha=alpha, beta=beta, execution=execution, options=options, stream=stream)
             mm.plan()

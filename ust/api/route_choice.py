@@ -31,7 +31,7 @@ __all__ = ["RouteChoice", "choose_route", "known_variant"]
 _log = get_logger("ops.matmul")
 
 #: Variant names saved plans and records may hold for the generated routes (see ust.codegen.schedule.variants).
-_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32)|:nnz)?")  # ":nnz": issue18-lb
+_GENERATED_VARIANT = re.compile(r"(auto|storage|outer)(:g(1|2|4|8|16|32)|:nnz)?")
 
 
 def known_variant(route: str, variant: Any) -> bool:

@@ -7,6 +7,13 @@ Mapping of the IR's parallel loops onto the grid:
   it, is flattened into one grid-stride index over ``blockIdx.x * blockDim.x + threadIdx.x``
   (columns fastest for row-major operands, rows fastest for column-major ones, so that
   neighbouring threads touch neighbouring addresses of ``X`` and ``y``);
+* ``balance="nnz"`` (:func:`ust.codegen.lower.lower`): the row loop is replaced by an
+  nnz split -- each warp takes :data:`NNZ_CHUNK` consecutive entries (coalesced, 32 a step),
+  every lane finds its entry's row by walking the rows' ``pos`` forward from the chunk's first
+  row (one binary search per warp), and a segmented reduction over the warp (``__shfl_down_sync``
+  on (row, partial sum) pairs) leaves each row's sum in its first lane, which adds it to the
+  output atomically (after the init pass).  Long rows are spread over many warps and short
+  rows share one, so R-MAT's skew no longer serialises one warp on a hub row;
 * ``group`` = G threads per item (G = 1 is thread-per-row, G = 32 warp-per-row): the
   kernel's reduction loop is strided across the G lanes, partial sums are combined with
   ``__shfl_down_sync`` over a mask of the group's own lanes, and lane 0 writes.  Groups never
@@ -21,13 +28,31 @@ values, which are a struct of two reals with ``+`` and ``*`` defined here).  The
 from __future__ import annotations
 
 from ust.codegen.emit_cstyle import CStyleRenderer
-from ust.codegen.ir import Accumulate, Bin, Const, Expr, Kernel, Loop, Param, Store, free_names, walk
+from ust.codegen.ir import (
+    Accumulate,
+    Assign,
+    Bin,
+    Block,
+    Const,
+    Decl,
+    Expr,
+    Kernel,
+    Let,
+    Loop,
+    Param,
+    Stmt,
+    Store,
+    free_names,
+    walk,
+)
+from ust.runtime.errors import UnsupportedError
 
 __all__ = [
     "BLOCK",
     "CUDA_INDEX",
     "CUDA_VALUE",
     "GROUPS",
+    "NNZ_CHUNK",
     "NVRTC_OPTIONS",
     "emit_cuda",
     "init_params",
@@ -40,6 +65,8 @@ CUDA_INDEX = {"int32": "ust_i32", "int64": "ust_i64"}
 BLOCK = 256
 #: Group sizes (threads per output item) the emitter supports.
 GROUPS = (1, 2, 4, 8, 16, 32)
+#: Entries one warp of a load-balanced (``balance="nnz"``) kernel takes: 16 steps of 32.
+NNZ_CHUNK = 512
 #: NVRTC options used at run time (and by the CI compile check); the architecture is added.
 NVRTC_OPTIONS = ("--std=c++17",)
 
@@ -203,6 +230,80 @@ class _CudaEmitter(CStyleRenderer):
         self.out(depth + 1, "}")
         self.out(depth, "}")
 
+    def nnz_split(self, body: Block, depth: int) -> None:
+        """The main pass of a ``balance="nnz"`` kernel (see the module docstring)."""
+        parts = _nnz_parts(body)
+        it, d = self.it, depth
+        for st in parts.heads:
+            self.stmt(st, d)
+        rows, pos = parts.rows, f"pos{self.k.info['balance_level']}"
+        self.out(d, "{")
+        d += 1
+        self.out(d, f"const {it} ust_rlo = {self.e(rows.lo)};")
+        self.out(d, f"const {it} ust_rhi = {self.e(rows.hi)};")
+        self.out(d, f"const {it} ust_e0 = ust_rhi > ust_rlo ? ({it}){pos}[ust_rlo] : 0;")
+        self.out(d, f"const {it} ust_e1 = ust_rhi > ust_rlo ? ({it}){pos}[ust_rhi] : 0;")
+        self.out(d, f"const {it} ust_nchunk = (ust_e1 - ust_e0 + {NNZ_CHUNK - 1}) / {NNZ_CHUNK};")
+        cols = parts.cols
+        ncols = f" * ({self.e(cols.hi)} - {self.e(cols.lo)})" if cols is not None else ""
+        self.out(d, f"const {it} ust_nw = ust_nchunk{ncols};")
+        self.out(d, "const int ust_lane = (int)(threadIdx.x & 31u);")
+        self.out(
+            d,
+            f"for ({it} ust_w = (({it})blockIdx.x * blockDim.x + threadIdx.x) >> 5; ust_w < ust_nw; "
+            f"ust_w += (({it})gridDim.x * blockDim.x) >> 5) {{",
+        )
+        d += 1
+        if cols is not None:
+            span = f"({self.e(cols.hi)} - {self.e(cols.lo)})"
+            self.out(d, f"const {it} {cols.var} = {self.e(cols.lo)} + ust_w % {span};")
+            self.out(d, f"const {it} ust_chunk = ust_w / {span};")
+        else:
+            self.out(d, f"const {it} ust_chunk = ust_w;")
+        self.out(d, f"const {it} ust_base = ust_e0 + ust_chunk * {NNZ_CHUNK};")
+        self.out(
+            d, f"const {it} ust_end = ust_base + {NNZ_CHUNK} < ust_e1 ? ust_base + {NNZ_CHUNK} : ust_e1;"
+        )
+        self.out(d, "/* the chunk's first row: the last row whose entries start at or before ust_base */")
+        self.out(d, f"{it} ust_row = ust_rlo;")
+        self.out(d, "{")
+        self.out(d + 1, f"{it} ust_hi = ust_rhi;")
+        self.out(d + 1, "while (ust_hi - ust_row > 1) {")
+        self.out(d + 2, f"const {it} ust_m = ust_row + (ust_hi - ust_row) / 2;")
+        self.out(d + 2, f"if (({it}){pos}[ust_m] <= ust_base) ust_row = ust_m; else ust_hi = ust_m;")
+        self.out(d + 1, "}")
+        self.out(d, "}")
+        red = parts.reduce
+        self.out(d, f"for ({it} ust_s = ust_base; ust_s < ust_end; ust_s += 32) {{")
+        d += 1
+        self.out(d, f"const {it} {red.var} = ust_s + ust_lane;")
+        self.out(d, f"const bool ust_ok = {red.var} < ust_end;")
+        self.stmt(parts.decl, d)
+        self.out(d, "if (ust_ok) {")
+        self.out(d + 1, f"while (({it}){pos}[ust_row + 1] <= {red.var}) ++ust_row;")
+        self.block(red.body, d + 1)
+        self.out(d, "}")
+        acc = parts.decl.name
+        self.out(d, f"const {it} ust_key = ust_ok ? ust_row : ust_rhi;")
+        self.out(d, "for (int ust_o = 1; ust_o < 32; ust_o <<= 1) {  /* segmented suffix sums */")
+        self.out(d + 1, f"const {self.vt} ust_v = ust_shfl_down({acc}, ust_o, 0xffffffffu, 32);")
+        self.out(d + 1, f"const {it} ust_k = __shfl_down_sync(0xffffffffu, ust_key, ust_o, 32);")
+        self.out(d + 1, f"if (ust_lane + ust_o < 32 && ust_k == ust_key) {acc} = {acc} + ust_v;")
+        self.out(d, "}")
+        self.out(d, f"const {it} ust_prev = __shfl_up_sync(0xffffffffu, ust_key, 1, 32);")
+        self.out(d, "if (ust_ok && (ust_lane == 0 || ust_prev != ust_key)) {  /* the row's first lane */")
+        self.out(d + 1, f"const {it} {rows.var} = ust_key;")
+        for st in parts.row_lets:
+            self.stmt(st, d + 1)
+        for st in parts.writes:
+            self.stmt(_atomic(st), d + 1)
+        self.out(d, "}")
+        d -= 1
+        self.out(d, "}")
+        d -= 1
+        self.out(d, "}")
+        self.out(depth, "}")
+
     def signature(self, name: str, params: tuple[Param, ...]) -> str:
         parts = []
         for p in params:
@@ -227,7 +328,10 @@ class _CudaEmitter(CStyleRenderer):
                 else f"(((1u << {self.g}) - 1u) << (threadIdx.x & 31u & ~{self.g - 1}u))"
             )
             self.out(1, f"const unsigned ust_mask = {mask};")
-        self.block(k.body, 1)
+        if k.info.get("balance") == "nnz":
+            self.nnz_split(k.body, 1)
+        else:
+            self.block(k.body, 1)
         self.out(0, "}")
         if k.init is not None:
             g, self.g = self.g, 1
@@ -268,7 +372,57 @@ def emit_cuda(kernels: Kernel | list[Kernel], *, group: int | list[int] = 1) -> 
 
 
 def supports_group(kernel: Kernel) -> bool:
-    """Whether ``kernel`` has a reduction loop at its parallel level (group mapping applies)."""
+    """Whether ``kernel`` has a reduction loop at its parallel level (group mapping applies;
+    a ``balance="nnz"`` kernel splits its rows by entries instead)."""
+    if kernel.info.get("balance") == "nnz":
+        return False
     return bool(kernel.info.get("reduce_ok")) and any(
         isinstance(n, Loop) and n.reduce for n in walk(kernel.body)
     )
+
+
+class _NnzParts:
+    """The pieces of a row loop that the nnz split reassembles: the statements before the row
+    loop, the row loop, the SpMM column loop around the row body (or None), the lets that
+    depend on the row only, the accumulator, the reduction loop and the output writes."""
+
+    def __init__(self, body: Block) -> None:
+        stmts = list(body.body)
+        at = next(
+            (i for i, st in enumerate(stmts) if isinstance(st, Loop) and st.parallel and st.tag == "rows"),
+            None,
+        )
+        if at is None or at != len(stmts) - 1:
+            raise UnsupportedError(
+                "an nnz-split kernel needs one parallel row loop (see lower.balance_level)"
+            )
+        self.heads = tuple(stmts[:at])
+        self.rows: Loop = stmts[at]  # type: ignore[assignment]
+        inner = list(self.rows.body.body)
+        self.cols: Loop | None = None
+        if len(inner) == 1 and isinstance(inner[0], Loop) and inner[0].tag == "cols":
+            self.cols = inner[0]
+            inner = list(self.cols.body.body)
+        red = next((i for i, st in enumerate(inner) if isinstance(st, Loop) and st.reduce), None)
+        decl = next((st for st in inner if isinstance(st, Decl)), None)
+        if red is None or decl is None:
+            raise UnsupportedError("an nnz-split kernel needs the row's reduction loop right in its body")
+        self.reduce: Loop = inner[red]  # type: ignore[assignment]
+        self.decl: Decl = decl
+        # the reduction loop's bounds (p_lo / p_hi) are replaced by the split; other lets stay
+        bounds = free_names(Block((Let("_", self.reduce.lo), Let("_", self.reduce.hi))))
+        self.row_lets = tuple(st for st in inner[:red] if isinstance(st, Let) and st.name not in bounds)
+        self.writes = tuple(inner[red + 1 :])
+        if not all(isinstance(st, (Accumulate, Assign, Let)) for st in self.writes):
+            raise UnsupportedError("an nnz-split kernel accumulates each row's sum into its output")
+
+
+def _nnz_parts(body: Block) -> _NnzParts:
+    return _NnzParts(body)
+
+
+def _atomic(st: Stmt) -> Stmt:
+    """``st`` with its accumulation made atomic (rows split between warps meet in one output)."""
+    if isinstance(st, Accumulate):
+        return Accumulate(st.buf, st.index, st.value, atomic=True)
+    return st

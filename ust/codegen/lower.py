@@ -65,6 +65,7 @@ from ust.formats.model import Add, Dim, FloorDiv, Format, LevelFormat, Mod, Sub
 from ust.runtime.errors import UnsupportedError
 
 __all__ = [
+    "BALANCES",
     "INDEX_DTYPES",
     "LAYOUTS",
     "OPS",
@@ -72,6 +73,7 @@ __all__ = [
     "VALUE_DTYPES",
     "KernelInfo",
     "Plan",
+    "balance_level",
     "format_tag",
     "has_padding",
     "kernel_name",
@@ -82,6 +84,11 @@ __all__ = [
 OPS = ("mv", "mm")
 LAYOUTS = ("row", "col")
 ORDERS = ("auto", "storage", "outer")
+#: Work splits of the parallel row loop: ``"none"`` (equal row counts), ``"rows"`` (whole rows,
+#: contiguous ranges of equal rows + entries: the C target) and ``"nnz"`` (equal runs of entries,
+#: a row may be split between workers: the CUDA target).  See :func:`balance_level`.
+BALANCES = ("none", "rows", "nnz")
+_BALANCE_TAG = {"none": "", "rows": "_rb", "nnz": "_nz"}
 VALUE_DTYPES = ("float32", "float64", "complex64", "complex128")
 INDEX_DTYPES = ("int32", "int64")
 
@@ -318,6 +325,36 @@ def plan(fmt: Format, op: str = "mv", order: str = "auto") -> Plan:
     return outer if outer is not None and outer.owned else storage
 
 
+def balance_level(fmt: Format, op: str = "mv", order: str = "auto") -> int | None:
+    """The compressed level whose ``pos`` weighs the rows of a load-balanced kernel, or None
+    when the format's loop nest has no such split.
+
+    A load-balanced kernel splits the parallel loop by entries, not by rows, so one long row
+    (R-MAT's hubs, a dense row) no longer leaves the other workers idle.  That needs: no batch
+    levels, one parallel loop whose iteration index is the position itself (a dense level
+    from 0, or a compressed level), a compressed level right under it (its ``pos`` gives
+    every row's entries as a prefix sum) and the accumulator at the row level (each row one
+    output: CSR, DCSR, BSR's block rows walked in storage order ...).
+    """
+    try:
+        p = plan(fmt, op, order)
+    except UnsupportedError:
+        return None
+    if _first_nonbatch(fmt) or p.npar != 1 or not p.reduce_ok or len(p.steps) < 2:
+        return None
+    row, child = p.steps[0], p.steps[1]
+    if row.kind != "iter" or child.kind != "iter":
+        return None
+    w_row, w_child = walker(fmt, row.arg), walker(fmt, child.arg)
+    if w_row.counted and not (w_row.static_lo and isinstance(w_row.level.expr, Dim)):
+        return None
+    if w_row.type_name not in (LevelFormat.DENSE, LevelFormat.COMPRESSED):
+        return None
+    if w_child.type_name is not LevelFormat.COMPRESSED:
+        return None
+    return child.arg
+
+
 def _check_request(fmt: Format, op: str, layout: str, order: str) -> None:
     if op not in OPS:
         raise UnsupportedError(f"unknown op {op!r}; supported: {', '.join(OPS)}")
@@ -377,6 +414,10 @@ class KernelInfo:
     reduce_level: int = -1
     #: first level after the batch levels
     first_level: int = 0
+    #: work split of the parallel row loop (one of :data:`BALANCES`)
+    balance: str = "none"
+    #: the compressed level under the row loop whose ``pos`` weighs the rows (-1: none)
+    balance_level: int = -1
 
 
 # ----------------------------------------------------------------------------- the lowering proper
@@ -696,6 +737,7 @@ def lower(
     index_dtype: str = "int32",
     itype: str = "int64",
     cols: str = "outer",
+    balance: str = "none",
 ) -> Kernel:
     """Lower ``op`` on a tensor stored in ``fmt`` to a :class:`~ust.codegen.ir.Kernel`.
 
@@ -708,8 +750,24 @@ def lower(
     ``BP{k}`` / ``BC{k}`` / ``BV`` per-member strides of batched buffers, ``has_y0``,
     ``alpha``, ``beta``; buffers ``pos{k}``, ``crd{k}``, ``val``, ``x``, ``y0``, ``y``.
     Only the parameters the kernel uses are listed.
+
+    ``balance`` splits the parallel row loop by work (:data:`BALANCES`, :func:`balance_level`):
+    ``"rows"`` keeps whole rows per worker (the loop nest is unchanged; the C emitter
+    partitions it), ``"nnz"`` may split a row between workers, so its output is accumulated
+    after an init pass (the CUDA emitter's segmented reduction).
     """
     _check_request(fmt, op, layout, order)
+    if balance not in BALANCES:
+        raise UnsupportedError(f"unknown balance {balance!r}; supported: {', '.join(BALANCES)}")
+    blevel = -1
+    if balance != "none":
+        found = balance_level(fmt, op, order)
+        if found is None:
+            raise UnsupportedError(
+                f"a load-balanced kernel needs a row loop over a dense or compressed level with a "
+                f"compressed level under it (CSR, DCSR, BSR ...); {fmt.map_text()} has none for {op}"
+            )
+        blevel = found
     if value_dtype not in VALUE_DTYPES:
         raise UnsupportedError(
             f"value dtype {value_dtype} is not supported; supported: {', '.join(VALUE_DTYPES)}"
@@ -717,6 +775,8 @@ def lower(
     if index_dtype not in INDEX_DTYPES or itype not in INDEX_DTYPES:
         raise UnsupportedError(f"index dtypes must be one of {', '.join(INDEX_DTYPES)}")
     p = plan(fmt, op, order)
+    if balance == "nnz":  # a row may be split between workers: accumulate after an init pass
+        p = replace(p, store=False)
     if op == "mv":
         layout = "row"
     if cols not in ("outer", "inner"):
@@ -762,10 +822,13 @@ def lower(
         par_extents=tuple(par_extents),
         reduce_level=next((int(n.var[1:]) for n in _loops(body) if n.reduce), -1),
         first_level=gen.nb,
+        balance=balance,
+        balance_level=blevel,
     )
     name = kernel_name(fmt, op, layout, p.order, value_dtype, index_dtype, itype)
     if gen.cols_inner:
         name += "_ci"
+    name += _BALANCE_TAG[balance]
     meta = tuple(sorted(vars(info).items()))
     return Kernel(name, params, body, init, value_dtype, index_dtype, itype, meta)
 

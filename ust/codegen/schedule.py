@@ -2,20 +2,42 @@
 
 Pure planning over :func:`ust.codegen.lower.plan` / :func:`~ust.codegen.lower.lower`: what
 ``autotune`` may time and what the GPU takes by default.  Variants are short strings (saved
-plans store them): ``"auto"``, ``"storage"``, ``"outer"``, and for CUDA ``"<order>:g<threads>"``.
+plans store them): ``"auto"``, ``"storage"``, ``"outer"``, for CUDA ``"<order>:g<threads>"``,
+and ``"<order>:nnz"`` for the load-balanced kernel (C: rows split by rows + entries; CUDA: an
+nnz split with a segmented reduction), which ``"auto"`` takes when the row lengths are skewed
+(:func:`balance_choice`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
-from ust.codegen.emit_cuda import supports_group
-from ust.codegen.lower import lower, plan
+from ust.codegen.emit_cuda import NNZ_CHUNK, supports_group
+from ust.codegen.lower import balance_level, lower, plan
 from ust.formats.model import Format
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["cuda_order", "default_group", "nbatch", "orders", "parse_variant", "variants"]
+__all__ = [
+    "balance_choice",
+    "cuda_order",
+    "default_group",
+    "nbatch",
+    "orders",
+    "parse_balance",
+    "parse_variant",
+    "variants",
+]
+
+#: The variant suffix of the load-balanced kernel.
+NNZ = "nnz"
+#: C: the static split of equal row counts must give some thread this much more than its
+#: share of the entries before the balanced split is taken (it costs two binary searches).
+C_IMBALANCE = 1.1
+#: CUDA: rows this many times longer than the mean (and longer than one warp's chunk) make a
+#: row-per-group kernel wait on its longest rows; the nnz split is taken.
+CUDA_SKEW = 8.0
 
 
 def parse_variant(variant: Any) -> tuple[str, int | None]:
@@ -26,6 +48,43 @@ def parse_variant(variant: Any) -> tuple[str, int | None]:
     order, _, group = text.partition(":")
     g = int(group[1:]) if group.startswith("g") else None
     return order or "auto", g
+
+
+def parse_balance(variant: Any) -> str | None:
+    """``"nnz"`` for a load-balanced variant, ``"none"`` for another explicit one, None for
+    ``"auto"`` (then :func:`balance_choice` decides from the row lengths)."""
+    if variant in (None, "", "auto"):
+        return None
+    return NNZ if str(variant).endswith(":" + NNZ) else "none"
+
+
+def balance_choice(a: Any, op: str, order: str, target: str, threads: int = 1) -> str:
+    """``"nnz"`` when ``a``'s row lengths make a load-balanced kernel pay, else ``"none"``.
+
+    C (``threads`` workers): when the static split of equal row counts would give one thread
+    more than :data:`C_IMBALANCE` times its share of the entries (R-MAT: 75 % of them on
+    thread 0 of 2).  CUDA: when the longest row exceeds one warp's chunk and :data:`CUDA_SKEW`
+    times the mean.  Reads ``threads + 1`` entries of the rows' ``pos`` (C) or one pass over
+    it (CUDA): cheap at plan time.  Works on NumPy and CuPy buffers alike.
+    """
+    level = balance_level(a.format, op, order)
+    if level is None:
+        return "none"
+    pos = a.pos(level)
+    n = int(pos.shape[-1]) - 1
+    if n < 1:
+        return "none"
+    total = int(pos[n]) - int(pos[0])
+    if total <= 0:
+        return "none"
+    if target == "c":
+        if threads < 2 or n < threads:
+            return "none"
+        cuts = [int(pos[n * t // threads]) for t in range(threads + 1)]
+        worst = max(b - a_ for a_, b in itertools.pairwise(cuts))
+        return NNZ if worst > C_IMBALANCE * total / threads else "none"
+    longest = int((pos[1:] - pos[:-1]).max())
+    return NNZ if longest > NNZ_CHUNK and longest > CUDA_SKEW * total / n else "none"
 
 
 def cuda_order(fmt: Format, op: str) -> str:
@@ -79,13 +138,14 @@ def variants(m: Any, route: str) -> list[str]:
     """Variants ``autotune`` may time for a planned ``Matmul`` on ``route``."""
     op = "mm" if len(m.b.shape) > (1 + nbatch(m.a.format)) else "mv"
     outs: list[str] = list(orders(m.a.format, op, "cuda" if route == "generated-cuda" else "c"))
+    balanced = [f"{o}:{NNZ}" for o in outs if balance_level(m.a.format, op, o) is not None]
     if route == "generated-cuda":
         gv: list[str] = []
         for o in outs:
             groups = (1, 4, 32) if supports_group(lower(m.a.format, op, order=o)) else (1,)
             gv += [f"{o}:g{g}" for g in groups]
-        return gv
-    return outs
+        return gv + balanced
+    return outs + balanced
 
 
 def nbatch(fmt: Format) -> int:

@@ -35,14 +35,65 @@ def _index(*arrays: Any) -> list[Any]:
     return [a.astype(np.int64) for a in arrays]
 
 
+_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+
+
+def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
+    """A csr/csc matrix as a Tensor on its own buffers after one device reduction and one
+    transfer, or None when a check fails (the checked path then words the error).
+
+    What the checked path verifies with a transfer per fact (``indptr`` starts at 0, never
+    decreases, ends within ``indices``; every index in ``[0, N)``) is computed on the device
+    into one flag, read back together with ``nnz``: two values, one synchronisation, where the
+    checked path took six or more (a GPU round trip each).  Order and uniqueness come from
+    cupyx's flags, as on the checked path.
+    """
+    import cupy
+
+    from ust.tensor import Tensor
+
+    indptr, indices, data = A.indptr, A.indices, A.data
+    if not all(type(a) is cupy.ndarray and a.ndim == 1 for a in (indptr, indices, data)):
+        return None
+    itype = np.dtype(indptr.dtype)
+    if itype not in _UNSIGNED or np.dtype(indices.dtype) != itype:
+        return None
+    M, N = shape if A.format == "csr" else shape[::-1]
+    if indptr.shape[0] != M + 1 or data.shape[0] < indices.shape[0]:
+        return None
+    nidx = int(indices.shape[0])
+    bad = (indptr[0] != 0) | (indptr[-1] > nidx) | (indptr[-1] < 0)
+    if M > 1:
+        bad = bad | (indptr[1:] < indptr[:-1]).any()
+    if nidx:  # read as unsigned, a negative index is a huge one
+        bad = bad | (indices.view(_UNSIGNED[itype]).max() >= N)
+    flag, nnz = (int(v) for v in cupy.stack([bad.astype(np.int64), indptr[-1].astype(np.int64)]).get())
+    if flag:
+        return None
+    base = get(A.format.upper())
+    fmt = base
+    if nnz and not bool(A.has_canonical_format):
+        return None  # unsorted or duplicated: the checked path labels it
+    crd = indices if nidx == nnz else indices[:nnz]
+    vals = data if data.shape[0] == nnz else data[:nnz]
+    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, crd))
+
+
 def from_cupyx(A: Any) -> Tensor:
-    """A Tensor around a cupyx.scipy.sparse matrix (its buffers, no copy)."""
+    """A Tensor around a cupyx.scipy.sparse matrix (its buffers, no copy).
+
+    csr and csc in int32/int64 take the trusted path (:func:`_trusted_compressed`: one device
+    reduction, one transfer); anything that fails its checks, and the other formats, the fully
+    checked path below, which raises ust's error naming the problem."""
     from ust.tensor import Tensor
 
     name = getattr(A, "format", None)
     check_value_dtype(A.dtype)
     shape = tuple(int(s) for s in A.shape)
     if name in ("csr", "csc") and len(shape) == 2:
+        t = _trusted_compressed(A, shape)
+        if t is not None:
+            return t
         indptr, indices = _index(A.indptr, A.indices)
         nnz = int(indptr[-1]) if indptr.shape[0] else 0
         if indices.shape[0] < nnz:

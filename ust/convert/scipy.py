@@ -20,10 +20,14 @@ from ust.formats.model import Format
 from ust.runtime.errors import ShapeError
 from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES, check_index_array, check_value_dtype
 
+#: SciPy's compressed format names -> ust's standard formats (looked up once)
+_CSR_CSC = {"csr": get("CSR"), "csc": get("CSC")}
+
 if TYPE_CHECKING:
     from ust.tensor import Tensor
 
 __all__ = [
+    "compressed_array",
     "csr_tobsr_sorted",
     "from_scipy",
     "from_scipy_trusted",
@@ -40,6 +44,20 @@ def is_scipy_sparse(obj: Any) -> bool:
     import scipy.sparse as sp
 
     return bool(sp.issparse(obj))
+
+
+#: scipy.sparse classes already seen (``issparse`` asked once per class, not once per call)
+_SPARSE_TYPES: set[type] = set()
+
+
+def from_scipy_object(obj: Any) -> Tensor | None:
+    """:func:`from_scipy` for a scipy.sparse object, None for anything else."""
+    cls = type(obj)
+    if cls not in _SPARSE_TYPES:
+        if not is_scipy_sparse(obj):
+            return None
+        _SPARSE_TYPES.add(cls)
+    return from_scipy(obj)
 
 
 def _index_pair(*arrays: Any) -> list[np.ndarray]:
@@ -117,7 +135,7 @@ def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     crd = indices if indices.shape[0] == nnz else indices[:nnz]
     if not _below(crd, N):
         return None
-    fmt = _compressed_label(A, get(A.format.upper()), level=1, nnz=nnz)
+    fmt = _compressed_label(A, _CSR_CSC[A.format], level=1, nnz=nnz, checked=True)
     vals = data if data.shape[0] == nnz else data[:nnz]
     return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, crd))
 
@@ -152,8 +170,8 @@ def from_scipy(A: Any) -> Tensor:
     from ust.tensor import Tensor
 
     fmt_name = A.format
-    if fmt_name in ("csr", "csc") and A.ndim == 2:
-        t = _trusted_compressed(A, tuple(int(s) for s in A.shape))
+    if fmt_name in _CSR_CSC and A.ndim == 2:
+        t = _trusted_compressed(A, tuple(map(int, A.shape)))
         if t is not None:
             return t
     elif fmt_name == "coo":
@@ -225,12 +243,15 @@ def from_scipy(A: Any) -> Tensor:
     raise UnsupportedError(f"scipy format {fmt_name!r}; supported: csr, csc, coo, bsr, dia, lil, dok")
 
 
-def _compressed_label(A: Any, base: Format, *, level: int, nnz: int) -> Format:
-    """csr/csc/bsr: the standard format, or its nonordered / nonunique variant."""
+def _compressed_label(A: Any, base: Format, *, level: int, nnz: int, checked: bool = False) -> Format:
+    """csr/csc/bsr: the standard format, or its nonordered / nonunique variant (``checked``:
+    the caller has verified ``indptr`` already, as the trusted intake does)."""
     if nnz == 0:
         return base
+    if checked and getattr(A, "_has_canonical_format", False) and getattr(A, "_has_sorted_indices", True):
+        return base  # SciPy's cached flags, read without its property machinery
     indptr = np.asarray(A.indptr)
-    if (
+    if not checked and (
         indptr.size == 0
         or indptr[0] != 0
         or indptr[-1] > A.indices.shape[0]
@@ -290,8 +311,13 @@ def from_scipy_trusted(A: Any, fmt: Format) -> Tensor:
     """A library route's result (canonical by construction) in ``fmt``, without checks."""
     from ust.tensor import Tensor
 
-    shape = tuple(int(s) for s in A.shape)
+    shape = tuple(map(int, A.shape))
     name = A.format
+    if name in _CSR_CSC and _plain(A.indptr, A.indices) is not None and fmt == _CSR_CSC[name]:
+        nnz = int(A.indptr[-1])  # the common result: wrapped as it is, nothing to resolve
+        crd = A.indices if A.indices.shape[0] == nnz else A.indices[:nnz]
+        vals = A.data if A.data.shape[0] == nnz else A.data[:nnz]
+        return Tensor._trusted(shape, fmt, vals, (None, A.indptr), (None, crd))
     if name in ("csr", "csc", "bsr"):
         indptr, indices = _index_pair(A.indptr, A.indices)
         nnz = int(indptr[-1])
@@ -372,6 +398,32 @@ def _share(A: Any, **arrays: np.ndarray) -> Any:
     return A
 
 
+#: per csr/csc class: the instance attributes its constructor sets besides the arrays and the
+#: shape (``maxprint``), or None where they are not the expected ones (another SciPy version:
+#: the constructor is used)
+_ATTRS: dict[type, dict[str, Any] | None] = {}
+_BUFFERS = frozenset({"_shape", "indices", "indptr", "data"})
+
+
+def compressed_array(cls: Any, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: Any) -> Any:
+    """``cls((data, indices, indptr), shape=shape)`` for buffers ust has already checked, without
+    the constructor's checks (an O(nnz) scan of int64 indices for a cast, the format check):
+    that cost 20-50 us per call on small matrices, several times SciPy's own operation.  The
+    instance gets exactly the attributes SciPy's constructor gives one (learnt once per class
+    from a 1 x 1 array); an unexpected set (another SciPy) falls back to the constructor."""
+    if cls not in _ATTRS:
+        probe = cls((np.zeros(0), np.zeros(0, np.int32), np.zeros(2, np.int32)), shape=(1, 1))
+        extra = {k: v for k, v in vars(probe).items() if k not in _BUFFERS}
+        _ATTRS[cls] = extra if set(vars(probe)) == _BUFFERS | {"maxprint"} else None
+    attrs = _ATTRS[cls]
+    if attrs is None or indices.dtype != indptr.dtype or indices.dtype not in INDEX_DTYPES:
+        return _share(cls((data, indices, indptr), shape=shape), indices=indices, indptr=indptr)
+    out = cls.__new__(cls)
+    vars(out).update(attrs)
+    out._shape, out.indices, out.indptr, out.data = tuple(shape), indices, indptr, data
+    return out
+
+
 def to_scipy(t: Tensor) -> Any:
     """A canonical scipy.sparse *array*: csr/csc/coo/bsr/dia where ``t``'s format is one
     (sharing its buffers when it is canonical), otherwise COO."""
@@ -394,7 +446,7 @@ def to_scipy(t: Tensor) -> Any:
     shape = t.shape
     if lay.name in ("csr", "csc"):
         cls = sp.csr_array if lay.name == "csr" else sp.csc_array
-        A = _share(cls((t.values, t.crd(1), t.pos(1)), shape=shape), indices=t.crd(1), indptr=t.pos(1))
+        A = compressed_array(cls, t.values, t.crd(1), t.pos(1), shape)
     elif lay.name == "bsr":
         r, c = lay.blocksize  # type: ignore[misc]
         data = t.values.reshape(-1, r, c)

@@ -268,6 +268,19 @@ class Format:
         """Every level is dense (or batch): storage is a plain strided array."""
         return all(lv.format in (LevelFormat.DENSE, LevelFormat.BATCH) for lv in self.levels)
 
+    def __hash__(self) -> int:
+        """The dataclass hash of the compared fields, computed once: formats key every planner
+        and kernel cache, and hashing the levels anew cost a microsecond per lookup."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.ndim, self.levels))
+            self.__dict__["_hash"] = h  # a frozen dataclass: written past __setattr__
+        return int(h)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled state without the caches (string hashes differ between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_bounds")}
+
     @functools.cached_property
     def standard_name(self) -> str | None:
         """The standard library name this format equals structurally, e.g. ``"CSR"``."""
@@ -308,7 +321,23 @@ class Format:
 
         ``lo`` is 0 except for a diagonal level ``j - i``, whose offsets start at
         ``-(rows - 1)``.  A block size that does not divide its extent is a FormatError.
+        Results are kept per shape (a few dozen): every conversion and kernel launch asks.
         """
+        memo = self.__dict__.get("_bounds")
+        if memo is None:
+            memo = self.__dict__["_bounds"] = {}
+        try:
+            hit = memo.get(shape if type(shape) is tuple else tuple(shape))
+        except TypeError:  # an unhashable shape: computed (and checked) below
+            hit = None
+        if hit is not None:
+            return hit
+        out = self._lvl_bounds(shape)
+        if len(memo) < 64:
+            memo[tuple(int(s) for s in shape)] = out
+        return out
+
+    def _lvl_bounds(self, shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
         shape = tuple(int(s) for s in shape)
         if len(shape) != self.ndim:
             raise ShapeError(f"format has {self.ndim} dimensions but the shape {shape} has {len(shape)}")

@@ -10,6 +10,7 @@ table order; each route's ``build(t, fmt)`` returns the typed
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,9 +51,33 @@ def _layout_name(fmt: Format) -> tuple[str, bool]:
 
 
 def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
-    """What the planner knows about ``t.convert(fmt)``."""
+    """What the planner knows about ``t.convert(fmt)``: the same facts give the same (cached)
+    problem, so a repeated conversion does no planner work."""
     on_gpu = t.device != "cpu"
-    src, src_canonical = _layout_name(t.format)
+    return _convert_problem(
+        t.format,
+        fmt,
+        on_gpu,
+        np.dtype(t.dtype),
+        np.dtype(t.index_dtype),
+        t.ndim,
+        max(t.shape, default=0),
+        max(t.nse, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _convert_problem(
+    source: Format,
+    fmt: Format,
+    on_gpu: bool,
+    dtype: np.dtype[Any],
+    index_dtype: np.dtype[Any],
+    ndim: int,
+    max_extent: int,
+    fits_int32: bool,
+) -> ConvertProblem:
+    src, src_canonical = _layout_name(source)
     dst, dst_canonical = _layout_name(fmt)
     csr = get_format("CSR")
     staged = bool(
@@ -60,13 +85,13 @@ def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
         and src_canonical
         and src in ("BSR", "DIA")
         and fmt != csr
-        and library_step(t.format, csr, False) is not None
+        and library_step(source, csr, False) is not None
     )
     bsr_target = bool(
         not on_gpu
         and dst_canonical
         and dst == "BSR"
-        and t.format != csr
+        and source != csr
         and library_step(csr, fmt, False) is not None
     )
     return ConvertProblem(
@@ -75,19 +100,19 @@ def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
         format_class=src,
         format_params=(),
         canonical=src_canonical,
-        dtype=str(np.dtype(t.dtype)),
-        index_dtype=str(np.dtype(t.index_dtype)),
+        dtype=str(dtype),
+        index_dtype=str(index_dtype),
         plain=True,
-        ndim=t.ndim,
-        max_extent=max(t.shape, default=0),
+        ndim=ndim,
+        max_extent=max_extent,
         other=dst,
-        dia_source=on_gpu and is_dia(t.format),
-        fits_int32=max(t.nse, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
-        library_pair=library_step(t.format, fmt, on_gpu) is not None,
-        twin=on_gpu and fmt == coordinate_twin(t.format),
+        dia_source=on_gpu and is_dia(source),
+        fits_int32=fits_int32,
+        library_pair=library_step(source, fmt, on_gpu) is not None,
+        twin=on_gpu and fmt == coordinate_twin(source),
         staged=staged,
         bsr_target=bsr_target,
-        direct_pair=not on_gpu and direct_step(t.format, fmt) is not None,
+        direct_pair=not on_gpu and direct_step(source, fmt) is not None,
     )
 
 
@@ -162,8 +187,33 @@ del _name, _build
 def plan_convert(t: Any, fmt: Format, route: str | None = None) -> tuple[list[ConvertStep], Decision]:
     """The steps of ``t.convert(fmt)`` and the decision behind them (``route=`` forces one of the
     candidates; ``"general"`` is one for every conversion)."""
+    p = convert_problem(t, fmt)
+    if route is None:  # the steps follow from the problem and the two formats: planned once
+        steps, d = _planned(p, t.format, fmt)
+        return list(steps), d
+    d = choose(p, route)  # every conversion logs on ust.convert already
+    return _steps(d, t.format, fmt), d
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned(p: ConvertProblem, source: Format, fmt: Format) -> tuple[list[ConvertStep], Decision]:
+    d = decide(p)
+    return _steps(d, source, fmt), d
+
+
+def _steps(d: Decision, source: Format, fmt: Format) -> list[ConvertStep]:
+    """The route's steps: every builder reads only the source's format and device, which
+    ``_Source`` carries (so a cached plan holds no tensor)."""
     from ust.plan.routes import route_of
 
-    p = convert_problem(t, fmt)
-    d = decide(p) if route is None else choose(p, route)  # every conversion logs on ust.convert already
-    return route_of(d.rule).build(t, fmt), d
+    return list(route_of(d.rule).build(_Source(source, d.problem.device), fmt))
+
+
+class _Source:
+    """What a route builder reads of the tensor it converts: its format and device."""
+
+    __slots__ = ("device", "format")
+
+    def __init__(self, fmt: Format, device: str) -> None:
+        self.format = fmt
+        self.device = device

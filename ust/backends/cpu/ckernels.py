@@ -133,11 +133,13 @@ def c_kernel(
     index_dtype: str,
     itype: str,
     cols: str | None = None,
+    balance: str = "none",
 ) -> CKernel:
-    """The compiled kernel for a request (memoised in process, cached on disk)."""
+    """The compiled kernel for a request (memoised in process, cached on disk); ``balance``
+    ``"rows"`` splits the rows by rows + entries (:func:`ust.codegen.lower.lower`)."""
     layout = layout if op == "mm" else "row"
     cols = cols or default_cols(op, layout)
-    key = ("c", fmt, op, layout, order, value_dtype, index_dtype, itype, cols)
+    key = ("c", fmt, op, layout, order, value_dtype, index_dtype, itype, cols, balance)
 
     def build() -> CKernel:
         from ust.backends.generated.compile_c import THREADS_HELPER, load_library, thread_setter
@@ -152,6 +154,7 @@ def c_kernel(
             index_dtype=index_dtype,
             itype=itype,
             cols=cols,
+            balance=balance,
         )
         lib = load_library(emit_c(k) + THREADS_HELPER, name=k.name)
         fn = getattr(lib, k.name)
@@ -165,7 +168,7 @@ def c_kernel(
 def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
     """Compile every not-yet-loaded kernel of ``requests`` in one compiler run (one library).
 
-    A request is the argument tuple of :func:`c_kernel`.  Warms a process up for many
+    A request is the argument tuple of :func:`c_kernel` (``cols`` and ``balance`` optional).  Warms a process up for many
     formats or variants at the cost of a single compile (autotuning, test suites).
     """
     from ust.backends.generated.compile_c import THREADS_HELPER, load_library, thread_setter
@@ -175,10 +178,19 @@ def prebuild(requests: list[tuple[Any, ...]]) -> list[CKernel]:
         fmt, op, layout, order, vd, idt, it, *rest = req
         layout = layout if op == "mm" else "row"
         cols = (rest[0] if rest else None) or default_cols(op, layout)
-        key = ("c", fmt, op, layout, order, vd, idt, it, cols)
+        bal = rest[1] if len(rest) > 1 else "none"
+        key = ("c", fmt, op, layout, order, vd, idt, it, cols, bal)
         if key not in _memo and key not in todo:
             todo[key] = lower(
-                fmt, op, layout=layout, order=order, value_dtype=vd, index_dtype=idt, itype=it, cols=cols
+                fmt,
+                op,
+                layout=layout,
+                order=order,
+                value_dtype=vd,
+                index_dtype=idt,
+                itype=it,
+                cols=cols,
+                balance=bal,
             )
     if todo:
         t0 = time.perf_counter()
@@ -208,10 +220,19 @@ def _empty(shape: tuple[int, ...], dtype: str, layout: str) -> np.ndarray:
 
 
 def bind_launch(
-    fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto"
+    fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto", balance: str = "none"
 ) -> tuple[Any, np.ndarray]:
     """(zero-argument callable, the array it writes) for a prepared launch."""
-    kern = c_kernel(fmt, launch.op, launch.layout, order, launch.dtype, launch.index_dtype, launch.itype())
+    kern = c_kernel(
+        fmt,
+        launch.op,
+        launch.layout,
+        order,
+        launch.dtype,
+        launch.index_dtype,
+        launch.itype(),
+        balance=balance,
+    )
     target = out
     if target is None or target.dtype != np.dtype(launch.dtype) or not _fits(target, launch.layout):
         target = _empty(launch.out_shape, launch.dtype, launch.layout)
@@ -220,9 +241,20 @@ def bind_launch(
     return kern.bind(launch.args(kern.kernel, target)), target
 
 
-def run_launch(fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto") -> np.ndarray:
+def run_launch(
+    fmt: Format, launch: Launch, out: np.ndarray | None = None, order: str = "auto", balance: str = "none"
+) -> np.ndarray:
     """Run a prepared launch through the C kernel; ``out`` is written if given and suitable."""
-    kern = c_kernel(fmt, launch.op, launch.layout, order, launch.dtype, launch.index_dtype, launch.itype())
+    kern = c_kernel(
+        fmt,
+        launch.op,
+        launch.layout,
+        order,
+        launch.dtype,
+        launch.index_dtype,
+        launch.itype(),
+        balance=balance,
+    )
     target = out
     if target is None or target.dtype != np.dtype(launch.dtype) or not _fits(target, launch.layout):
         target = _empty(launch.out_shape, launch.dtype, launch.layout)
@@ -247,7 +279,9 @@ def matmul_c(
     beta: complex = 0.0,
     out: np.ndarray | None = None,
     order: str = "auto",
+    balance: str = "none",
 ) -> np.ndarray:
-    """``alpha * a @ x + beta * c`` through the generated C kernel for ``a``'s format."""
+    """``alpha * a @ x + beta * c`` through the generated C kernel for ``a``'s format
+    (``balance="rows"``: the load-balanced row split)."""
     launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
-    return run_launch(a.format, launch, out, order)
+    return run_launch(a.format, launch, out, order, balance)

@@ -54,11 +54,12 @@ class ScipyMatmul:
             self._pruned = without_padding(self.matrix)
         return self._pruned
 
-    def run(self, b: np.ndarray, c: np.ndarray | None, out: np.ndarray) -> np.ndarray:
-        """SciPy allocates its result; it is returned as is (copying it into ``out`` costs a pass)."""
+    def run(self, b: np.ndarray, c: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
+        """SciPy allocates its result; it is returned as is (copying it into ``out`` costs a pass;
+        ``out`` only gives the dtype, and may be None)."""
         result = self._matrix_for(b) @ b
         if self.alpha != 1:
             result *= self.alpha
         if c is not None and self.beta != 0:
             result += self.beta * c
-        return np.asarray(result, dtype=out.dtype)
+        return result if out is None else np.asarray(result, dtype=out.dtype)

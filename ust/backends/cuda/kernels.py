@@ -22,6 +22,7 @@ from ust.backends.generated.launch import Launch, array_layout, kernel_scalar, p
 from ust.codegen.cache import Memo, content_key
 from ust.codegen.emit_cuda import (
     BLOCK,
+    NNZ_CHUNK,
     NVRTC_OPTIONS,
     cuda_kernel_name,
     emit_cuda,
@@ -116,17 +117,26 @@ def cuda_kernel(
     itype: str,
     group: int = 1,
     device_id: int | None = None,
+    balance: str = "none",
 ) -> CudaKernel:
-    """The loaded kernel for a request (memoised per device architecture)."""
+    """The loaded kernel for a request (memoised per device architecture); ``balance="nnz"``
+    is the nnz split with a segmented reduction (:mod:`ust.codegen.emit_cuda`)."""
     cp = _cupy()
     dev = cp.cuda.Device().id if device_id is None else device_id
     layout = layout if op == "mm" else "row"
-    key = ("cuda", fmt, op, layout, order, value_dtype, index_dtype, itype, group, dev)
+    key = ("cuda", fmt, op, layout, order, value_dtype, index_dtype, itype, group, dev, balance)
 
     def build() -> CudaKernel:
         t0 = time.perf_counter()
         k = lower(
-            fmt, op, layout=layout, order=order, value_dtype=value_dtype, index_dtype=index_dtype, itype=itype
+            fmt,
+            op,
+            layout=layout,
+            order=order,
+            value_dtype=value_dtype,
+            index_dtype=index_dtype,
+            itype=itype,
+            balance=balance,
         )
         g = group if supports_group(k) else 1
         src = emit_cuda(k, group=g)
@@ -211,6 +221,7 @@ def bind_launch_cuda(
     order: str = "auto",
     group: int = 1,
     itype: str | None = None,
+    balance: str = "none",
 ) -> BoundLaunch:
     """Compile (or fetch) the kernel and fix its arguments and grid for ``launch``."""
     cp = _cupy()
@@ -226,6 +237,7 @@ def bind_launch_cuda(
             itype or launch.itype(group),
             group,
             dev,
+            balance,
         )
         target = out
         if (
@@ -245,6 +257,8 @@ def bind_launch_cuda(
             total = ck.group
             for kind, arg in info.par_extents:
                 total *= _extent(fmt, launch, kind, arg)
+            if info.balance == "nnz":  # one warp per NNZ_CHUNK entries of the weighing level
+                total = 32 * -(-launch.scalars[f"BC{info.balance_level}"] // NNZ_CHUNK)
             if info.col_par:
                 total *= launch.ncols
             nb = launch.scalars["NB"] if info.batch else 1
@@ -262,12 +276,13 @@ def run_launch_cuda(
     group: int = 1,
     stream: int = 0,
     itype: str | None = None,
+    balance: str = "none",
 ) -> Any:
     """Run a prepared launch through the generated CUDA kernel (on ``stream``, a raw pointer).
 
     ``itype`` forces the kernel's index arithmetic type (default: int32 where sizes allow).
     """
-    bound = bind_launch_cuda(fmt, launch, out, order, group, itype)
+    bound = bind_launch_cuda(fmt, launch, out, order, group, itype, balance)
     target = bound(stream)
     if out is not None and target is not out:
         out[...] = target
@@ -286,14 +301,16 @@ def matmul_cuda(
     order: str = "auto",
     group: int | None = None,
     stream: int = 0,
+    balance: str = "none",
 ) -> Any:
     """``alpha * a @ x + beta * c`` through the generated CUDA kernel (every operand on the GPU).
 
-    ``order="auto"`` takes the GPU's default loop order (:func:`ust.codegen.schedule.cuda_order`)."""
+    ``order="auto"`` takes the GPU's default loop order (:func:`ust.codegen.schedule.cuda_order`);
+    ``balance="nnz"`` the nnz-split kernel."""
     from ust.codegen.schedule import cuda_order, default_group
 
     launch = prepare(a, x, c, alpha=alpha, beta=beta, out=out)
     if order == "auto":
         order = cuda_order(a.format, launch.op)
-    g = group if group is not None else default_group(a, launch.op, order)
-    return run_launch_cuda(a.format, launch, out, order, g, stream)
+    g = 1 if balance == "nnz" else (group if group is not None else default_group(a, launch.op, order))
+    return run_launch_cuda(a.format, launch, out, order, g, stream, balance=balance)

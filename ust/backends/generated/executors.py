@@ -13,7 +13,14 @@ from typing import Any
 
 from ust.backends.generated.launch import prepare
 from ust.codegen.lower import has_padding
-from ust.codegen.schedule import cuda_order, default_group, nbatch, parse_variant
+from ust.codegen.schedule import (
+    balance_choice,
+    cuda_order,
+    default_group,
+    nbatch,
+    parse_balance,
+    parse_variant,
+)
 from ust.runtime.errors import UnsupportedError
 from ust.runtime.log import get_logger
 
@@ -41,9 +48,11 @@ class GeneratedMatmul:
         self.alpha, self.beta, self.dtype = alpha, beta, dtype
         self.target = target
         self.order, self.group = parse_variant(variant)
+        self.balance = parse_balance(variant)  # None: chosen from the row lengths per op
         self.route = f"generated-{target}"
         self._orders: dict[str, str] = {}
         self._groups: dict[str, int] = {}
+        self._balances: dict[str, str] = {}
         self._bound: tuple[Any, Any, Any, Any] | None = None
 
     def prepare(self, b: Any, out: Any) -> None:
@@ -60,6 +69,7 @@ class GeneratedMatmul:
                 launch.dtype,
                 launch.index_dtype,
                 launch.itype(),
+                balance=self._kernel_balance(launch.op),
             )
         else:
             from ust.backends.cuda.kernels import cuda_kernel
@@ -74,6 +84,7 @@ class GeneratedMatmul:
                 launch.index_dtype,
                 launch.itype(g),
                 g,
+                balance=self._kernel_balance(launch.op),
             )
 
     def _order(self, op: str) -> str:
@@ -83,6 +94,23 @@ class GeneratedMatmul:
         if op not in self._orders:
             self._orders[op] = cuda_order(self.a.format, op)
         return self._orders[op]
+
+    def _kernel_balance(self, op: str) -> str:
+        """The lowering's ``balance`` for this op: the variant's, else chosen from A's row
+        lengths (:func:`ust.codegen.schedule.balance_choice`, once per op); ``"rows"`` for
+        C (whole rows per thread), ``"nnz"`` for CUDA (rows split between warps)."""
+        if op not in self._balances:
+            choice = self.balance
+            if choice is None:
+                from ust.runtime.cpu_threads import usable_cores
+
+                cores = usable_cores() if self.target == "c" else 1
+                choice = balance_choice(self.a, op, self._order(op), self.target, cores)
+                if choice != "none":
+                    _log.info("rows of A are skewed: the load-balanced %s kernel is used", self.target)
+            self._balances[op] = choice
+        b = self._balances[op]
+        return "none" if b == "none" else ("rows" if self.target == "c" else "nnz")
 
     def _group(self, op: str) -> int:
         if self.group is not None:
@@ -102,13 +130,20 @@ class GeneratedMatmul:
             if self.target == "c":
                 from ust.backends.cpu.ckernels import bind_launch
 
-                call, target = bind_launch(self.a.format, launch, out, self.order)
+                call, target = bind_launch(
+                    self.a.format, launch, out, self.order, self._kernel_balance(launch.op)
+                )
                 bound = lambda stream=0: (call(), target)[1]  # noqa: E731
             else:
                 from ust.backends.cuda.kernels import bind_launch_cuda
 
                 bound = bind_launch_cuda(
-                    self.a.format, launch, out, self._order(launch.op), self._group(launch.op)
+                    self.a.format,
+                    launch,
+                    out,
+                    self._order(launch.op),
+                    self._group(launch.op),
+                    balance=self._kernel_balance(launch.op),
                 )
             self._bound = (b, c, out, bound)
         target = bound(stream)
