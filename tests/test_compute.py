@@ -747,6 +747,52 @@ def test_parallel_modes(monkeypatch: pytest.MonkeyPatch, mode: str | None, fa: s
     check(m, want)
 
 
+@pytest.mark.parametrize("nthreads", [1, 3])
+def test_two_pass_assembly_when_the_bound_is_too_large(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, nthreads: int
+) -> None:
+    """A one-pass bound over the limit falls back to counting entries first (two passes)."""
+    import logging
+
+    import ust.backends.generated.compute_exec as compute_exec
+    import ust.runtime.cpu_threads as cpu_threads
+
+    caplog.set_level(logging.INFO, logger="ust")
+
+    monkeypatch.setattr(compute_exec, "BOUND_LIMIT", 16)
+    monkeypatch.setattr(cpu_threads, "THREADS", nthreads)
+    A, B, D = mat(120, (60, 40)), mat(121, (40, 50)), mat(122, (60, 40))
+    a, b, d = to_fmt(A, "CSR"), to_fmt(B, "CSC"), to_fmt(D, "COO")
+    Ad, Bd, Dd = A.toarray(), B.toarray(), D.toarray()
+    M = mat(124, (40, 40))
+    results = [
+        (ust.compute("C(i,j) = A(i,k) * B(k,j)", A=a, B=b), Ad @ Bd),
+        (ust.compute("C(i,k) = A(i,k) + D(i,k) - A(i,k) * D(i,k)", A=a, D=d), Ad + Dd - Ad * Dd),
+        (
+            ust.compute("C(i,j) = A(i,k) * M(k,j) + A(i,j) * D(i,j)", A=a, M=to_fmt(M, "CSR"), D=d),
+            Ad @ M.toarray() + Ad * Dd,
+        ),
+    ]
+    assert any("counting entries first" in r.getMessage() for r in caplog.records)
+    for r, want in results:
+        assert isinstance(r, ust.Tensor)
+        check(r, want)
+        assert_no_duplicates(r)
+    X = rand_sparse_nd(123, (6, 5, 4))
+    x3 = ust.asarray(X, format="CSF")
+    r = ust.compute("R(k,i,j) = X(i,j,k) + X(i,j,k) * X(i,j,k)", X=x3)
+    check(r, np.einsum("ijk->kij", X + X * X))
+    assert_no_duplicates(r)
+    m = ust.compute("C(i,j) = A(i,k) * B(k,j)", A=a, B=b, semiring="min_plus")
+    sa = np.zeros(Ad.shape, bool)
+    sb = np.zeros(Bd.shape, bool)
+    sa[A.tocoo().row, A.tocoo().col] = True
+    sb[B.tocoo().row, B.tocoo().col] = True
+    want = np.where(sa[:, :, None] & sb[None, :, :], Ad[:, :, None] + Bd[None, :, :], np.inf).min(axis=1)
+    check(m, want)
+    assert_no_duplicates(m)
+
+
 def test_explain() -> None:
     A = mat(73, (10, 8))
     text = ust.explain("einsum", "ij,j->i", to_fmt(A, "DIA"), np.ones(8))
