@@ -52,7 +52,7 @@ _TOL = {
 )
 def test_nnz_split_equals_scipy(matrix: str, fmt: str, dtype: str, index: str) -> None:
     a = _cast(MATRICES[matrix](), dtype, index)
-    t = ust.asarray(a).convert(ust.format(fmt)).to(cp)
+    t = ust.asarray(a).convert(ust.format(fmt)).to("cuda")
     rng = np.random.default_rng(3)
     n, m = a.shape[1], a.shape[0]
     rtol, atol = _TOL[dtype]
@@ -69,7 +69,7 @@ def test_nnz_split_equals_scipy(matrix: str, fmt: str, dtype: str, index: str) -
 def test_rows_longer_than_many_chunks() -> None:
     """A row of 20 warps' chunks and rows shorter than a lane step, side by side."""
     a = one_huge_row(20 * NNZ_CHUNK)
-    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to(cp)
+    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to("cuda")
     x = np.random.default_rng(0).random(a.shape[1])
     y = kernels.matmul_cuda(t, cp.asarray(x), balance="nnz")
     np.testing.assert_allclose(cp.asnumpy(y), a @ x, rtol=1e-12, atol=1e-13)
@@ -77,7 +77,7 @@ def test_rows_longer_than_many_chunks() -> None:
 
 def test_matmul_picks_the_nnz_split_on_skewed_rows_and_autotune_times_it() -> None:
     a = rmat(14)
-    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to(cp)
+    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to("cuda")
     x = cp.asarray(np.random.default_rng(1).random(a.shape[1]))
     with ust.Matmul(t, x) as mm:
         mm.plan()
@@ -93,7 +93,7 @@ def test_uniform_rows_keep_the_group_kernel() -> None:
     import scipy.sparse as sp
 
     a = sp.random(4096, 4096, density=0.004, format="csr", random_state=0)
-    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to(cp)
+    t = ust.asarray(a).convert(ust.format(DCSR_USER)).to("cuda")
     with ust.Matmul(t, cp.ones(4096)) as mm:
         mm.plan()
         assert mm.executor._kernel_balance("mv") == "none"
