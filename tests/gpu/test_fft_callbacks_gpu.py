@@ -172,7 +172,12 @@ def test_python_callbacks_fused_with_numba_or_run_on_the_array():
     def prolog(data_in, offset, info, unused):
         return data_in[offset] * 2
 
-    got = dense.fft(cp.asarray(x), prolog=prolog, epilog=epilog, params=cp.asarray(filt))
+    try:
+        got = dense.fft(cp.asarray(x), prolog=prolog, epilog=epilog, params=cp.asarray(filt))
+    except ust.UnsupportedError as exc:
+        if "AttributeError" in str(exc) and "numpy" in str(exc):  # numba-cuda older than this NumPy
+            pytest.skip(f"the installed numba-cuda does not work with this NumPy: {exc}")
+        raise
     want = np.fft.fft(x.astype(np.complex128) * 2) * filt.reshape(4, 128)
     close(got, want, "complex64")
     with dense.FFT(cp.asarray(x), "fft") as f:

@@ -836,6 +836,8 @@ class Compute(StatefulOperation):
                 mode = (
                     "partials" if usable_cores() * nout * np.dtype(vdt).itemsize <= (1 << 28) else "workspace"
                 )
+        elif on_gpu and output == "sparse":
+            mode = "expand"  # no per-thread row workspace on the GPU
         elif output == "sparse" and mode == "partials":
             mode = "workspace"  # private copies are a dense output's: a sparse one has a workspace
         elif output != "sparse" and mode == "expand":

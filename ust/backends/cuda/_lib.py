@@ -74,6 +74,7 @@ def candidate_dirs() -> list[str]:
         if root:
             dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
     dirs.append("/usr/local/cuda/lib64")
+    dirs += sorted(glob.glob("/usr/local/cuda-*/lib64"), key=_version_key, reverse=True)
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 

@@ -176,6 +176,15 @@ def lto_support() -> tuple[bool, str]:
             "(CUDA 12.8 or later is needed for LTO callbacks)"
         )
     try:
+        # cuFFT links the callbacks with nvJitLink, which it opens by name at planning time: loaded
+        # here (globally) from wherever the wheels or the toolkit keep it, or the plan fails
+        load_library("nvJitLink")
+    except BackendUnavailableError as exc:
+        return (
+            False,
+            f"nvJitLink, which cuFFT links LTO callbacks with, could not be loaded ({str(exc)[:200]})",
+        )
+    try:
         from ust.backends.cuda.nvrtc import load_nvrtc
 
         if not hasattr(load_nvrtc(), "nvrtcGetLTOIR"):
