@@ -211,7 +211,7 @@ def gpu_rows(scale: int) -> list[dict[str, Any]]:
         rows.append({"matrix": matrix, "k": k, "impl": "CuPy A @ x (cuSPARSE CSR, baseline)", "ms": 1e3 * base,
                      "vs baseline": 1.0})  # fmt: skip
         for label, text in FORMATS.items():
-            t = ust.asarray(a).convert(ust.format(text)).to(cp)
+            t = ust.asarray(a).convert(ust.format(text)).to("cuda")
             for variant in ("storage:nnz", "auto:g1", "auto:g4", "auto:g32"):
                 f = _executor(t, x, variant, "cuda")
                 cp.testing.assert_allclose(f(), ref, rtol=1e-10, atol=1e-10)

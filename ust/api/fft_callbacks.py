@@ -67,6 +67,10 @@ _ARITY = {"prolog": 4, "epilog": 5}
 _C2R, _R2C = ("irfft",), ("rfft",)
 
 
+#: (kind, geometry, device, dtype) -> why cuFFT refused LTO callbacks for it (asked once a process)
+_REFUSED: dict[tuple[Any, ...], str] = {}
+
+
 @dataclass(frozen=True)
 class Geometry:
     """The transform as callbacks see it: axes (user order), logical lengths, array shapes, dtypes."""
@@ -439,8 +443,12 @@ class GpuCallbackFFT:
         dtype = geo.out_dtype if geo.out_dtype.startswith("complex") else geo.in_dtype
         self.plan: Any = None
         self.passes: dict[str, Any] = {}
+        refusal_key = (kind, repr(geo), device_id, dtype)
         with self.cp.cuda.Device(device_id):
-            if fused:
+            if fused and not strict and refusal_key in _REFUSED:
+                # cuFFT refused this plan before in this process: do not pay the JIT link again
+                self.fused, self.reason, self.route = False, _REFUSED[refusal_key], "cufft+kernel"
+            elif fused:
                 try:
                     self._plan_fused(cbk, dtype, scale)
                 except (cbk.CufftError, BackendUnavailableError) as exc:
@@ -454,6 +462,7 @@ class GpuCallbackFFT:
                         f"cuFFT refused the LTO callbacks: {exc}",
                         "cufft+kernel",
                     )
+                    _REFUSED[refusal_key] = self.reason
             if not self.fused:
                 _log.info("FFT callbacks not fused (%s): separate elementwise passes", self.reason)
                 for phase, c in cbs.phases():
