@@ -59,6 +59,7 @@ from ust.codegen.ir import (
     free_names,
     walk,
 )
+from ust.codegen.levels import index_add, index_const, index_mul
 from ust.codegen.notation import IndexExpr
 from ust.codegen.semiring import Semiring, add_ir, mul_ir
 from ust.runtime.errors import UnsupportedError
@@ -125,25 +126,8 @@ class ComputeKernels:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _ic(v: int) -> Const:
-    return Const(v, "index")
-
-
-def _add(a: Expr, b: Expr) -> Expr:
-    if isinstance(a, Const) and a.value == 0:
-        return b
-    if isinstance(b, Const) and b.value == 0:
-        return a
-    return Bin("+", a, b)
-
-
-def _mul(a: Expr, b: Expr) -> Expr:
-    for x, y in ((a, b), (b, a)):
-        if isinstance(x, Const) and x.value == 1:
-            return y
-        if isinstance(x, Const) and x.value == 0:
-            return _ic(0)
-    return Bin("*", a, b)
+# index arithmetic that folds 0 and 1: the level walkers' (one implementation)
+_ic, _add, _mul = index_const, index_add, index_mul
 
 
 def _and(a: Expr, b: Expr) -> Expr:

@@ -33,6 +33,9 @@ __all__ = [
     "WALKERS",
     "Iteration",
     "LevelWalker",
+    "index_add",
+    "index_const",
+    "index_mul",
     "walker",
     "walkers",
 ]
@@ -41,16 +44,21 @@ __all__ = [
 Loader = Callable[[str, Expr], Load]
 
 
-def _c(v: int) -> Const:
+def index_const(v: int) -> Const:
+    """An index-kind literal."""
     return Const(v, "index")
 
 
-def _add(a: Expr, b: Expr) -> Expr:
+def index_add(a: Expr, b: Expr) -> Expr:
+    """``a + b`` on indices, folding a zero."""
     if isinstance(a, Const) and a.value == 0:
         return b
     if isinstance(b, Const) and b.value == 0:
         return a
     return Bin("+", a, b)
+
+
+_c, _add = index_const, index_add
 
 
 def _sub(a: Expr, b: Expr) -> Expr:
@@ -59,13 +67,17 @@ def _sub(a: Expr, b: Expr) -> Expr:
     return Bin("-", a, b)
 
 
-def _mul(a: Expr, b: Expr) -> Expr:
+def index_mul(a: Expr, b: Expr) -> Expr:
+    """``a * b`` on indices, folding zero and one."""
     for x, y in ((a, b), (b, a)):
         if isinstance(x, Const) and x.value == 0:
             return _c(0)
         if isinstance(x, Const) and x.value == 1:
             return y
     return Bin("*", a, b)
+
+
+_mul = index_mul
 
 
 @dataclass(frozen=True)
