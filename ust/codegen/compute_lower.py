@@ -621,8 +621,34 @@ class _Lowerer:
             *lets,
             *self.emit(value, {r: Var(f"y_{r}") for r in self.rest}),
         )
+        # the touched list in order: sorted, or -- for a row touching more than 1/16 of the
+        # workspace -- read off the markers in one sequential scan (no comparisons)
+        scan = Block(
+            (
+                Decl("ns", _ic(0), "index"),
+                Loop(
+                    "w",
+                    _ic(0),
+                    Var("W"),
+                    Block(
+                        (
+                            If(
+                                Bin("==", Load("ws_mark", _add(base, Var("w"))), Var("stamp")),
+                                Block(
+                                    (
+                                        Store("ws_list", _add(base, Var("ns")), Var("w")),
+                                        Assign("ns", _add(Var("ns"), _ic(1))),
+                                    )
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+            )
+        )
+        dense_row = Bin(">", Bin("*", Var("nw"), _ic(16)), Var("W"))
         return [
-            Sort("ws_list", base, _add(base, Var("nw"))),
+            If(dense_row, scan, Block((Sort("ws_list", base, _add(base, Var("nw"))),))),
             Loop("e", _ic(0), Var("nw"), body),
         ]
 
