@@ -190,6 +190,18 @@ def _workspace(
     }
 
 
+def _move_left(xp: Any, arr: Any, dst: int, src: int, n: int) -> None:
+    """``arr[dst:dst+n] = arr[src:src+n]`` for ``dst < src`` without a temporary (a forward
+    memmove; NumPy copies an overlapping source first)."""
+    if xp is np:
+        import ctypes
+
+        size = arr.itemsize
+        ctypes.memmove(arr.ctypes.data + dst * size, arr.ctypes.data + src * size, n * size)
+    else:
+        arr[dst : dst + n] = arr[src : src + n].copy()
+
+
 def _run_blocks(
     ck: ComputeKernels,
     launch: Launch,
@@ -214,7 +226,9 @@ def _run_blocks(
     nlev = len(ck.prefix) + len(ck.rest)
     if total * (8 * (nlev - 1) + vdt.itemsize) > BOUND_LIMIT:
         return None
-    nb = 1 if nthreads <= 1 else 4 * nthreads
+    # one block per thread: the bound counts the products, which is the work, so equal bounds
+    # balance the threads, and only the blocks after the first move
+    nb = max(1, nthreads)
     targets = xp.linspace(0, total, nb + 1)
     blk = xp.searchsorted(bpos[1:], targets, side="left").astype(np.int64)
     blk[0], blk[-1] = 0, outer
@@ -241,11 +255,11 @@ def _run_blocks(
     nnz = int(pos[-1])
     sizes = pos[blk[1:]] - pos[blk[:-1]]
     dst = 0
-    for b in range(nb):  # a few blocks per thread: close the gaps left by the bounds
+    for b in range(nb):  # one block per thread: close the gaps left by the bounds
         n, src = int(sizes[b]), int(bstart[b])
         if n and src != dst:
             for arr in (*crd, vals):
-                arr[dst : dst + n] = arr[src : src + n]
+                _move_left(xp, arr, dst, src, n)
         dst += n
     if xp is np:
         for arr in (*crd, vals):
