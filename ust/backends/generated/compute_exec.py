@@ -31,8 +31,18 @@ __all__ = ["BoundTooLarge", "ComputeResult", "run_compute", "workspace_bytes"]
 
 #: The most bytes the row workspaces of all threads may take before ``expand`` is used instead.
 WORKSPACE_LIMIT = 1 << 28
-#: The most bytes a one-pass assembly reserves for its upper bound of the result's entries.
-BOUND_LIMIT = 1 << 31
+#: The most bytes a one-pass assembly reserves for its upper bound of the result's entries
+#: (None: half of the memory :func:`ust.tensor.limits.memory_limit` sees; the pages past the
+#: entries actually written are never touched).
+BOUND_LIMIT: int | None = None
+
+
+def bound_limit(xp: Any) -> int:
+    if BOUND_LIMIT is not None:
+        return BOUND_LIMIT
+    from ust.tensor.limits import memory_limit
+
+    return memory_limit(xp) // 2
 
 Launch = Callable[[Kernel, Mapping[str, Any]], None]
 
@@ -144,7 +154,7 @@ def run_compute(
     if ck.assembly == "blocks":
         res = _run_blocks(ck, launch, xp, base, extents, sr, vdt, nthreads, outer)
         if res is None:
-            raise BoundTooLarge(f"the one-pass assembly would reserve more than {BOUND_LIMIT} bytes")
+            raise BoundTooLarge(f"the one-pass assembly would reserve more than {bound_limit(xp)} bytes")
         return res
     count_k, fill_k = ck.kernels
     nlev = len(ck.prefix) + len(ck.rest)
@@ -224,7 +234,7 @@ def _run_blocks(
     xp.cumsum(cnt, out=bpos[1:])
     total = int(bpos[-1])
     nlev = len(ck.prefix) + len(ck.rest)
-    if total * (8 * (nlev - 1) + vdt.itemsize) > BOUND_LIMIT:
+    if total * (8 * (nlev - 1) + vdt.itemsize) > bound_limit(xp):
         return None
     # one block per thread: the bound counts the products, which is the work, so equal bounds
     # balance the threads, and only the blocks after the first move
