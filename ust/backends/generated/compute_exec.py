@@ -44,6 +44,7 @@ def bound_limit(xp: Any) -> int:
 
     return memory_limit(xp) // 2
 
+
 Launch = Callable[[Kernel, Mapping[str, Any]], None]
 
 
