@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -583,7 +584,10 @@ class _Plan:
     reason: str
     library: Any = None
     notes: list[str] = field(default_factory=list)
-    compile_seconds: float = 0.0
+    #: the operands as the kernels read them (moved, converted, diagonals taken)
+    ops: dict[str, _Operand] = field(default_factory=dict)
+    #: stored entries the kernels walk (the thread-count rule's measure of the work)
+    work: int = 0
 
 
 class Compute(StatefulOperation):
@@ -771,10 +775,11 @@ class Compute(StatefulOperation):
             d.route,
             d.reason,
             notes=notes,
+            ops=ops,
+            work=sum(int(ops[s.name].value.nse) for s in specs if s.levels is not None),
         )
         if on_gpu == here and not planning:  # (source() for the other device and explain lower only)
             plan.library = route_of(d.rule).build(plan)
-            self._ops_run = ops
         return plan
 
     def _check_memory(self) -> None:
@@ -809,44 +814,27 @@ class Compute(StatefulOperation):
         extents: Mapping[str, int],
         one_pass: bool = True,
     ) -> ComputeKernels:
+        from ust.backends.generated.compute_exec import WORKSPACE_LIMIT
         from ust.runtime.cpu_threads import usable_cores
 
-        if mode is None:
+        outs = expr.out_indices
+        lead = _leading_outputs(order, outs)
+        itemsize = np.dtype(vdt).itemsize
+        if output == "sparse":
             if on_gpu:
-                mode = "expand" if output == "sparse" else "workspace"
-            elif output == "sparse":
-                prefix_len = 0
-                for v in order:
-                    if v not in expr.out_indices:
-                        break
-                    prefix_len += 1
-                rest = [v for v in order if v in expr.out_indices][prefix_len:]
-                w = int(np.prod([extents[r] for r in rest], dtype=np.int64)) if rest else 0
-                mode = (
-                    "workspace"
-                    if usable_cores() * w * (16 + np.dtype(vdt).itemsize) <= (1 << 28)
-                    else "expand"
-                )
-            else:
-                nout = (
-                    int(np.prod([extents[v] for v in expr.out_indices], dtype=np.int64))
-                    if expr.out_indices
-                    else 1
-                )
-                mode = (
-                    "partials" if usable_cores() * nout * np.dtype(vdt).itemsize <= (1 << 28) else "workspace"
-                )
-        elif on_gpu and output == "sparse":
-            mode = "expand"  # no per-thread row workspace on the GPU
-        elif output == "sparse" and mode == "partials":
-            mode = "workspace"  # private copies are a dense output's: a sparse one has a workspace
-        elif output != "sparse" and mode == "expand":
+                mode = "expand"  # no per-thread row workspace on the GPU
+            elif mode is None:
+                w = math.prod(extents[v] for v in order if v in outs and v not in lead)
+                mode = "workspace" if usable_cores() * w * (16 + itemsize) <= WORKSPACE_LIMIT else "expand"
+            elif mode == "partials":
+                mode = "workspace"  # private copies are a dense output's: a sparse one has a workspace
+        elif mode is None:
+            nout = math.prod(extents[v] for v in outs)
+            fits = usable_cores() * nout * itemsize <= WORKSPACE_LIMIT
+            mode = "workspace" if on_gpu or not fits else "partials"
+        elif mode == "expand":
             mode = "partials"  # expanded entries are a sparse output's
-        outer = 1
-        for v in order:
-            if v not in expr.out_indices:
-                break
-            outer *= extents[v]
+        outer = math.prod(extents[v] for v in lead)
         mark = "int32" if outer < 2**31 - 1 else "int64"
         crd = str(self._index_dtype(tuple(extents[i] for i in expr.out_indices), 0))
         blocks = one_pass and not on_gpu and output == "sparse" and mode == "workspace"
@@ -865,8 +853,6 @@ class Compute(StatefulOperation):
         if self._plan_obj is None:
             self.plan()
         assert self._plan_obj is not None
-        import itertools
-
         expr = self._plan_obj.expr
         candidates: list[tuple[str, ...]] = [self._plan_obj.order]
         for perm in itertools.permutations(expr.indices):
@@ -895,15 +881,8 @@ class Compute(StatefulOperation):
                 best = (tm, p)
         assert best is not None
         self._plan_obj = best[1]
-        self._ops_run = self._ops_for(best[1])
         _log.info("compute autotune chose loop order %s", " -> ".join(best[1].order))
         return self
-
-    def _ops_for(self, p: _Plan) -> dict[str, _Operand]:
-        self._plan_obj = None
-        q = self._build(p.order, p.ck.mode)
-        self._plan_obj = q
-        return self._ops_run
 
     # -- running --------------------------------------------------------------------------------
     def _args(self, p: _Plan) -> dict[str, Any]:
@@ -916,7 +895,7 @@ class Compute(StatefulOperation):
         return dict(args)
 
     def _make_args(self, p: _Plan) -> dict[str, Any]:
-        ops = self._ops_run
+        ops = p.ops
         args: dict[str, Any] = {}
         vdt = p.value_dtype
         xp = _xp_of(p.device)
@@ -943,9 +922,7 @@ class Compute(StatefulOperation):
 
         xp = _xp_of(p.device)
         on_gpu = p.device.startswith("cuda")
-        work = sum(
-            int(np.size(self._ops_run[s.name].value.values)) if s.levels is not None else 0 for s in p.specs
-        )
+        work = p.work
         nthreads = 1 if on_gpu else threads(max(work, 1), 1 << 13)
         out_ext = tuple(p.extents[i] for i in p.expr.out_indices)
         args = self._args(p)
@@ -1194,6 +1171,16 @@ def _result_text(p: _Plan) -> str:
         return "a dense array in the operands' package"
     assert p.out_format is not None
     return f"a sparse Tensor in {p.out_format.map_text()}"
+
+
+def _leading_outputs(order: Sequence[str], outs: Sequence[str]) -> tuple[str, ...]:
+    """The output indices the loop order starts with (their loops own the result's rows)."""
+    lead: list[str] = []
+    for v in order:
+        if v not in outs:
+            break
+        lead.append(v)
+    return tuple(lead)
 
 
 def lanes_per_row(mean_entries: float) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from ust.codegen.emit_cstyle import CStyleRenderer
 from ust.codegen.ir import Accumulate, Block, Const, Kernel, Loop, Param, walk
 
-__all__ = ["C_INDEX", "C_SCALAR", "C_VALUE", "c_abi", "emit_c"]
+__all__ = ["C_INDEX", "C_SCALAR", "C_VALUE", "c_abi", "c_params", "emit_c"]
 
 C_VALUE = {
     "float32": "float",
@@ -40,6 +40,21 @@ _REAL_PART = {"complex64": ("crealf", "cimagf", "float"), "complex128": ("creal"
 PAR_THRESHOLD = 64
 #: Largest total size of per-thread partial outputs; beyond it atomics are used instead.
 PARTIAL_LIMIT = 1 << 28
+
+
+def c_params(r: CStyleRenderer) -> str:
+    """The C parameter list of ``r``'s kernel in :func:`c_abi` order (index types from ``r``'s table)."""
+    parts: list[str] = []
+    for name, kind in c_abi(r.k):
+        if kind == "iscalar":
+            parts.append(f"const {r.it} {name}")
+        elif kind == "vscal":
+            parts.append(f"const {r.vt} *restrict vscal")
+        else:
+            p: Param = r.k.param(name)
+            t = r.index_types[p.dtype] if p.kind == "ibuf" else r.vt
+            parts.append(f"{'const ' if p.const else ''}{t} *restrict {name}")
+    return ",\n    ".join(parts)
 
 
 def c_abi(kernel: Kernel) -> list[tuple[str, str]]:
@@ -238,17 +253,7 @@ class _CEmitter(CStyleRenderer):
     _batch_rows: Loop | None = None
 
     def params(self) -> str:
-        parts: list[str] = []
-        for name, kind in c_abi(self.k):
-            if kind == "iscalar":
-                parts.append(f"const {self.it} {name}")
-            elif kind == "vscal":
-                parts.append(f"const {self.vt} *restrict vscal")
-            else:
-                p: Param = self.k.param(name)
-                t = C_INDEX[p.dtype] if p.kind == "ibuf" else self.vt
-                parts.append(f"{'const ' if p.const else ''}{t} *restrict {name}")
-        return ",\n    ".join(parts)
+        return c_params(self)
 
     def function(self) -> str:
         k = self.k

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from ust.codegen.emit_c import C_INDEX, C_SCALAR, c_abi
+from ust.codegen.emit_c import C_INDEX, C_SCALAR, c_params
 from ust.codegen.emit_cstyle import CStyleRenderer
-from ust.codegen.ir import Accumulate, Const, Kernel, Loop, Param, Sort, walk
+from ust.codegen.ir import Accumulate, Const, Kernel, Loop, Sort, walk
 
 __all__ = ["CHUNK", "emit_compute_c"]
 
@@ -118,17 +118,7 @@ class _ComputeC(CStyleRenderer):
         )
 
     def params(self) -> str:
-        parts: list[str] = []
-        for name, kind in c_abi(self.k):
-            if kind == "iscalar":
-                parts.append(f"const int64_t {name}")
-            elif kind == "vscal":
-                parts.append(f"const {self.vt} *restrict vscal")
-            else:
-                p: Param = self.k.param(name)
-                t = self.index_types[p.dtype] if p.kind == "ibuf" else self.vt
-                parts.append(f"{'const ' if p.const else ''}{t} *restrict {name}")
-        return ",\n    ".join(parts)
+        return c_params(self)
 
     def function(self) -> str:
         k = self.k

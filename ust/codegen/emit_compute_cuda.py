@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from ust.codegen.emit_cstyle import CStyleRenderer
-from ust.codegen.emit_cuda import BLOCK, CUDA_INDEX, PRELUDE
+from ust.codegen.emit_cuda import CUDA_INDEX, PRELUDE, cuda_signature
 from ust.codegen.ir import Accumulate, Block, Const, Expr, Kernel, Let, Loop, Param, Stmt, Store, walk
 from ust.runtime.errors import UnsupportedError
 
@@ -260,17 +260,7 @@ class _ComputeCuda(CStyleRenderer):
         self.pending_shuffle = True
 
     def signature(self, params: tuple[Param, ...]) -> str:
-        parts = []
-        for p in params:
-            if p.kind == "iscalar":
-                parts.append(f"const {self.it} {p.name}")
-            elif p.kind == "vscalar":
-                parts.append(f"const {self.vt} {p.name}")
-            else:
-                t = self.index_types[p.dtype] if p.kind == "ibuf" else self.vt
-                parts.append(f"{'const ' if p.const else ''}{t} *__restrict__ {p.name}")
-        args = ",\n    ".join(parts)
-        return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kernel_name(self.k, self.g)}(\n    {args})'
+        return cuda_signature(self, kernel_name(self.k, self.g), params)
 
     def kernel(self) -> str:
         k = self.k

@@ -54,6 +54,7 @@ __all__ = [
     "GROUPS",
     "NNZ_CHUNK",
     "NVRTC_OPTIONS",
+    "cuda_signature",
     "emit_cuda",
     "init_params",
     "kernel_params",
@@ -305,17 +306,7 @@ class _CudaEmitter(CStyleRenderer):
         self.out(depth, "}")
 
     def signature(self, name: str, params: tuple[Param, ...]) -> str:
-        parts = []
-        for p in params:
-            if p.kind == "iscalar":
-                parts.append(f"const {self.it} {p.name}")
-            elif p.kind == "vscalar":
-                parts.append(f"const {self.vt} {p.name}")
-            else:
-                t = CUDA_INDEX[p.dtype] if p.kind == "ibuf" else self.vt
-                parts.append(f"{'const ' if p.const else ''}{t} *__restrict__ {p.name}")
-        args = ",\n    ".join(parts)
-        return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(\n    {args})'
+        return cuda_signature(self, name, params)
 
     def kernel(self, name: str) -> str:
         k = self.k
@@ -342,6 +333,21 @@ class _CudaEmitter(CStyleRenderer):
             self.out(0, "}")
             self.g = g
         return "\n".join(self.lines) + "\n"
+
+
+def cuda_signature(r: CStyleRenderer, name: str, params: tuple[Param, ...]) -> str:
+    """``extern "C" __global__`` head of kernel ``name`` (index types from ``r``'s table)."""
+    parts = []
+    for p in params:
+        if p.kind == "iscalar":
+            parts.append(f"const {r.it} {p.name}")
+        elif p.kind == "vscalar":
+            parts.append(f"const {r.vt} {p.name}")
+        else:
+            t = r.index_types[p.dtype] if p.kind == "ibuf" else r.vt
+            parts.append(f"{'const ' if p.const else ''}{t} *__restrict__ {p.name}")
+    args = ",\n    ".join(parts)
+    return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(\n    {args})'
 
 
 def cuda_kernel_name(kernel: Kernel, group: int) -> str:

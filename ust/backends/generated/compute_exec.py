@@ -14,7 +14,6 @@ The result is plain buffers (:class:`ComputeResult`); the API layer makes the Te
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from ust.codegen.semiring import Semiring
 from ust.runtime.errors import ShapeError
 from ust.runtime.xp import expand_segments
 
-__all__ = ["BoundTooLarge", "ComputeResult", "run_compute", "workspace_bytes"]
+__all__ = ["WORKSPACE_LIMIT", "BoundTooLarge", "ComputeResult", "run_compute"]
 
 #: The most bytes the row workspaces of all threads may take before ``expand`` is used instead.
 WORKSPACE_LIMIT = 1 << 28
@@ -62,11 +61,6 @@ class ComputeResult:
     pos: Any = None
     crd: tuple[Any, ...] = ()
     values: Any = None
-
-
-def workspace_bytes(ck: ComputeKernels, extents: Mapping[str, int], nthreads: int, itemsize: int) -> int:
-    w = functools.reduce(lambda a, b: a * b, (extents[r] for r in ck.rest), 1)
-    return nthreads * w * (16 + itemsize)
 
 
 def _combine_sorted(
@@ -159,14 +153,7 @@ def run_compute(
         return res
     count_k, fill_k = ck.kernels
     nlev = len(ck.prefix) + len(ck.rest)
-    ws: dict[str, Any] = {}
-    if ck.rest and ck.mode == "workspace":
-        w = int(np.prod([extents[r] for r in ck.rest], dtype=np.int64))
-        ws = {
-            "W": w,
-            "ws_mark": xp.full(nthreads * w, -1, dtype=count_k.param("ws_mark").dtype),
-            "ws_list": xp.empty(nthreads * w, dtype=np.int64),
-        }
+    ws = _workspace(ck, count_k, xp, extents, nthreads, vdt)
     cnt = xp.zeros(outer, dtype=np.int64)
     launch(count_k, {**base, **ws, "o_cnt": cnt})
     pos = xp.zeros(outer + 1, dtype=np.int64)
@@ -177,8 +164,7 @@ def run_compute(
     crd = [xp.empty(nnz, dtype=fill_k.param(f"o_crd{n + 1}").dtype) for n in range(nlev - 1)]
     vals = xp.empty(nnz, dtype=vdt)
     if ws:
-        ws["ws_mark"].fill(-1)
-        ws["ws_val"] = xp.empty(int(ws["ws_list"].shape[0]), dtype=vdt)
+        ws["ws_mark"].fill(-1)  # the count pass's markers
     launch(
         fill_k, {**base, **ws, "o_pos": pos, **{f"o_crd{n + 1}": c for n, c in enumerate(crd)}, "o_val": vals}
     )
