@@ -17,7 +17,7 @@ from ust.grammar import ast
 from ust.runtime.errors import InvalidTypeError, InvalidValueError, UnsupportedError, UstSyntaxError
 from ust.runtime.xp import namespace
 
-__all__ = ["Epilog", "compile_epilog"]
+__all__ = ["BINARY_OPS", "COMPARISONS", "Epilog", "compile_epilog"]
 
 #: name -> (arity, C / CUDA function for double; an "f" suffix gives the float one).
 _FUNCTIONS: dict[str, tuple[int, str]] = {
@@ -39,9 +39,10 @@ _XP_NAMES = {
     "sqrt": "sqrt",
     "tanh": "tanh",
 }
-_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+#: The comparisons among them (real values only).
+COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _ARITH = frozenset({"+", "-", "*", "/", "**"})
-_REAL_ONLY = frozenset({"min", "max", "where"}) | _COMPARISONS
+_REAL_ONLY = frozenset({"min", "max", "where"}) | COMPARISONS
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Epilog:
             if isinstance(e, ast.BinOp):
                 if e.op == "**":
                     return f"pow{suffix}({emit(e.left)}, {emit(e.right)})"
-                if e.op in _COMPARISONS:
+                if e.op in COMPARISONS:
                     return f"(({real_type})({emit(e.left)} {e.op} {emit(e.right)}))"
                 return f"({emit(e.left)} {e.op} {emit(e.right)})"
             assert isinstance(e, ast.Call)  # compile_epilog refuses subscripts
@@ -109,7 +110,7 @@ class Epilog:
                 return -ev(e.operand)
             if isinstance(e, ast.BinOp):
                 a, b = ev(e.left), ev(e.right)
-                return _BINARY[e.op](a, b)
+                return BINARY_OPS[e.op](a, b)
             assert isinstance(e, ast.Call)  # compile_epilog refuses subscripts
             args = [ev(a) for a in e.args]
             if e.fn == "where":
@@ -147,7 +148,8 @@ class Epilog:
         return walk(self.tree)
 
 
-_BINARY: dict[str, Any] = {
+#: The binary operators of the expression language on array values (epilogues, FFT callbacks).
+BINARY_OPS: dict[str, Any] = {
     "+": lambda a, b: a + b,
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,

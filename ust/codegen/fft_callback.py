@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ust.codegen.epilog import BINARY_OPS, COMPARISONS
 from ust.grammar import ast
 from ust.runtime.errors import InvalidTypeError, ShapeError, UnsupportedError, UstSyntaxError
 
@@ -60,7 +61,6 @@ _FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "conj": (1, "", "conj"),
     "where": (3, "", "where"),
 }
-_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _REAL_ARGS = frozenset({"min", "max", "cos", "sin"})  # complex arguments refused
 #: The helper of each complex function in the CUDA preamble (real ones use the math library).
 _COMPLEX_HELPER = {"exp": "uc_exp", "log": "uc_log", "sqrt": "uc_sqrt", "tanh": "uc_tanh", "conj": "uc_conj"}
@@ -238,7 +238,7 @@ def _compile(text: str, site: CallbackSite, params: tuple[ParamSpec, ...]) -> FF
             return index_kind(e)
         if isinstance(e, ast.BinOp):
             a, b = kind(e.left), kind(e.right)
-            if e.op in _COMPARISONS:
+            if e.op in COMPARISONS:
                 if COMPLEX in (a, b):
                     raise UnsupportedError(
                         f"{what}: '{e.op}' compares real values only; take abs(...) or real(...)"
@@ -365,7 +365,7 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
         if isinstance(e, ast.Index):
             return subscripted(e)
         if isinstance(e, ast.BinOp):
-            return _BINARY[e.op](ev(e.left), ev(e.right))
+            return BINARY_OPS[e.op](ev(e.left), ev(e.right))
         assert isinstance(e, ast.Call)
         args = [ev(a) for a in e.args]
         if e.fn == "where":
@@ -395,21 +395,6 @@ class _quiet:
     def __exit__(self, *exc: Any) -> None:
         if self.ctx is not None:
             self.ctx.__exit__(*exc)
-
-
-_BINARY: dict[str, Any] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "/": lambda a, b: a / b,
-    "**": lambda a, b: a**b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
 
 
 # ------------------------------------------------------------------------------------ CUDA source
@@ -503,7 +488,7 @@ class _Emitter:
             return f"p_{e.name}[{flat}]", p.kind
         if isinstance(e, ast.BinOp):
             (a, ka), (b, kb) = self.expr(e.left), self.expr(e.right)
-            if e.op in _COMPARISONS:
+            if e.op in COMPARISONS:
                 return f"((ust_r)({a} {e.op} {b}))", REAL
             if e.op == "**":
                 if COMPLEX in (ka, kb):
