@@ -20,12 +20,11 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from benchmarks.common import markdown, poisson3d, random_rows, time_gpu, time_round_robin
+from benchmarks.common import markdown, poisson3d, random_rows, time_gpu, time_round_robin, with_threads
 
 COLUMNS = ["case", "ust", "ust ms", "baseline", "baseline ms", "ust / baseline", "goal"]
 
@@ -50,21 +49,6 @@ def _factors(m: int, n: int, k: int, dtype: Any, xp: Any) -> tuple[Any, Any]:
 
 
 # ----------------------------------------------------------------------------- CPU
-
-
-def _threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` with the C SpGEMM kernel held at ``nt`` OpenMP threads."""
-
-    def run() -> Any:
-        from ust.runtime import cpu_threads
-
-        cpu_threads.THREADS = nt
-        try:
-            return fn()
-        finally:
-            cpu_threads.THREADS = None
-
-    return run
 
 
 def _spgemm_threads(a: Any) -> int:
@@ -95,8 +79,8 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
 
     t = time_round_robin({
         "ust": lambda: ops.matmul_sparse(ta, ta),
-        "one": _threads(1, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
-        "all": _threads(cores, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
+        "one": with_threads(1, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
+        "all": with_threads(cores, lambda: ops.matmul_sparse(ta, ta, route="generated-c")),
         "scipy-route": lambda: ops.matmul_sparse(ta, ta, route="scipy"),
         "dia": lambda: ops.matmul_sparse(tdia, tdia),
         "scipy": lambda: A @ A,
@@ -118,8 +102,8 @@ def cpu_cases(n: int, rows: int, sddmm_rows: int) -> list[dict[str, Any]]:
     case = f"SpGEMM A@A, Poisson {m}^3 ({small.shape[0]:,} rows, {small.nnz:,} nnz)"
     t = time_round_robin({
         "ust": lambda: ops.matmul_sparse(ts, ts),
-        "one": _threads(1, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
-        "all": _threads(cores, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
+        "one": with_threads(1, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
+        "all": with_threads(cores, lambda: ops.matmul_sparse(ts, ts, route="generated-c")),
         "scipy": lambda: small @ small,
     })  # fmt: skip
     route = ops.plan("spgemm", ts, ts).route

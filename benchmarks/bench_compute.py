@@ -57,6 +57,7 @@ from benchmarks.common import (
     time_gpu,
     time_host,
     time_round_robin,
+    with_threads,
 )
 
 COLUMNS = ["case", "ust", "ust ms", "baseline", "baseline ms", "ust / baseline", "goal", "met"]
@@ -89,21 +90,6 @@ def _row(
 def _int32(a: sp.csr_array) -> sp.csr_array:
     """``a`` with int32 indices (what SciPy picks for these sizes; every contender reads the same)."""
     return sp.csr_array((a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)), shape=a.shape)
-
-
-def _threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` with every ust C kernel held at ``nt`` OpenMP threads."""
-
-    def run() -> Any:
-        from ust.runtime import cpu_threads
-
-        cpu_threads.THREADS = nt
-        try:
-            return fn()
-        finally:
-            cpu_threads.THREADS = None
-
-    return run
 
 
 # ----------------------------------------------------------------------------- test data
@@ -214,8 +200,8 @@ def cpu_spgemm(label: str, A: sp.csr_array) -> list[dict[str, Any]]:
             "compiler": c.execute,
             "hand": lambda: t @ t,
             "scipy": lambda: A @ A,
-            "compiler-1": _threads(1, c.execute),
-            "hand-1": _threads(1, lambda: t @ t),
+            "compiler-1": with_threads(1, c.execute),
+            "hand-1": with_threads(1, lambda: t @ t),
         }
         tm = time_round_robin(fns, repeat=5 if products < 15_000_000 else 3)
     note = (", one run" if once else "") + (f"; FAILED: {failed}" if failed else "")

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import append_results, markdown, rmat
+from benchmarks.common import append_results, has_gpu, markdown, rmat
 
 FORMATS = {
     "user (i : dense, j : compressed)": "(i, j) -> (i : dense, j : compressed)",
@@ -234,15 +234,6 @@ def gpu_rows(scale: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _has_gpu() -> bool:
-    try:
-        import cupy as cp
-
-        return bool(cp.cuda.runtime.getDeviceCount() > 0)
-    except Exception:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
@@ -256,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
     args = p.parse_args(argv)
-    device = args.device or ("cuda" if _has_gpu() else "cpu")
+    device = args.device or ("cuda" if has_gpu() else "cpu")
     scale = args.scale or (21 if device == "cuda" else 18)
     rows = gpu_rows(scale) if device == "cuda" else cpu_rows(scale, args.rounds, args.threads)
     body = markdown(rows, COLUMNS)

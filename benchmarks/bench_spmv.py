@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from benchmarks.common import append_results, markdown, poisson3d, random_rows, time_gpu
+from benchmarks.common import append_results, has_gpu, markdown, poisson3d, random_rows, time_gpu
 
 GOALS = {
     "dia_spmv_ms": 0.1,  # GPU, 160^3 Poisson, one column
@@ -309,15 +309,6 @@ def gpu_compile_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def _has_gpu() -> bool:
-    try:
-        import cupy as cp
-
-        return cp.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
@@ -327,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=30, help="CPU: timed calls per contender")
     p.add_argument("--write", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = p.parse_args(argv)
-    device = args.device or ("cuda" if _has_gpu() else "cpu")
+    device = args.device or ("cuda" if has_gpu() else "cpu")
     n = args.n or (160 if device == "cuda" else 60)
     rows = gpu_rows(n) if device == "cuda" else cpu_rows(n, args.rounds)
     table = markdown(rows, COLUMNS)

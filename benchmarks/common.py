@@ -57,6 +57,31 @@ def rmat(
     return sp.csr_array((out.data, out.indices.astype(np.int32), out.indptr.astype(np.int32)), shape=(n, n))
 
 
+def with_threads(nt: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with every ust C kernel held at ``nt`` OpenMP threads."""
+
+    def run() -> Any:
+        from ust.runtime import cpu_threads
+
+        cpu_threads.THREADS = nt
+        try:
+            return fn()
+        finally:
+            cpu_threads.THREADS = None
+
+    return run
+
+
+def has_gpu() -> bool:
+    """Whether CuPy imports and sees a CUDA device."""
+    try:
+        import cupy as cp
+
+        return bool(cp.cuda.runtime.getDeviceCount() > 0)
+    except Exception:
+        return False
+
+
 def time_cpu(fn: Callable[[], Any], repeat: int = 7, warmup: int = 1) -> float:
     """Median seconds of ``fn()`` on the CPU."""
     for _ in range(warmup):
