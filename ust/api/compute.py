@@ -347,7 +347,7 @@ def _value_dtype(expr: IndexExpr, ops: Mapping[str, _Operand], sr: Semiring) -> 
     return dt
 
 
-def _diagonals(expr: IndexExpr, ops: dict[str, _Operand], xp_of: Any) -> IndexExpr:
+def _diagonals(expr: IndexExpr, ops: dict[str, _Operand]) -> IndexExpr:
     """Accesses that repeat an index (``A(i,i)``) read a diagonal: made a new operand of lower rank."""
     from ust.codegen.notation import Factor, IndexExpr, Term
 
@@ -710,7 +710,7 @@ class Compute(StatefulOperation):
                 ops[n] = _Operand(n, SPARSE, pl.tensor(o.value))
             elif o.kind == DENSE and not planning:
                 ops[n] = _Operand(n, DENSE, pl.move(o.value))
-        expr = _diagonals(expr, ops, None)
+        expr = _diagonals(expr, ops)
         expr = _split_aliases(expr, ops)
         extents = dict(self._extents)
         layouts = []
