@@ -328,7 +328,7 @@ def test_generated_callbacks_compile_with_nvrtc(kind, shape, dtype, prolog, epil
         assert compile_cuda(kernel, nvrtc_options("90"), name="k.cu")
         if hasattr(lib, "nvrtcGetLTOIR"):
             src = fc.cuda_callback_source(cb.with_scale(0.25), tdtype, f"ust_fft_{phase}")
-            assert 'extern "C" __device__' in src and "#include" not in src
+            assert "__device__" in src and 'extern "C"' not in src and "#include" not in src
             ltoir = compile_cuda(src, (*NVRTC_LTO_OPTIONS, "--gpu-architecture=compute_90"), target="ltoir")
             assert len(ltoir) > 100
 
@@ -346,6 +346,42 @@ def test_callback_types_and_parameter_block():
     site = fc.CallbackSite("epilog", (2, 4), (1,), (4,), (), "complex", False)
     src = fc.cuda_kernel_source(fc.compile_fft_callback("v * a * z * h[k]", site, specs), "complex128", "k")
     assert "ust_pd[0]" in src and "ust_pd[1]" in src and "ust_pd[2]" in src and "ust_pu[3]" in src
+
+
+def test_a_folded_norm_scales_an_epilogues_input_and_a_prologues_output():
+    """The separate route folds the norm's factor into a pass: epilog(s * v), s * prolog(x); both
+    equal the normalised transform's result because the transform is linear."""
+    x = rand((3, 16), "complex128")
+    for phase in ("prolog", "epilog"):
+        site = fc.CallbackSite(phase, (3, 16), (1,), (16,), (), "complex", False)
+        cb = fc.compile_fft_callback("v * v + k", site, ())
+        k = np.arange(16.0)
+        s = 0.125
+        want = (s * x) ** 2 + k if phase == "epilog" else s * (x**2 + k)
+        np.testing.assert_allclose(fc.evaluate(cb.with_scale(s), x, {}, np), want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_callback_symbols_are_the_names_nvrtc_gives_cuffts_prototypes(dtype):
+    """cuFFT resolves the C++ (mangled) name of its callback prototype: the generated source must
+    define exactly that symbol, and a numba callback is given it as its C name."""
+    from ust.backends.cuda.nvrtc import compile_cuda, load_nvrtc
+
+    try:
+        load_nvrtc()
+    except BackendUnavailableError:
+        pytest.skip("NVRTC is not installed")
+    import re
+
+    value = "complex" if dtype.startswith("complex") else "real"
+    for phase in ("prolog", "epilog"):
+        site = fc.CallbackSite(phase, (2, 8), (1,), (8,), (), value, False)
+        cb = fc.compile_fft_callback("v * 2", site, ())
+        src = fc.cuda_callback_source(cb, dtype, f"ust_fft_{phase}")
+        ptx = compile_cuda(
+            src, ("--relocatable-device-code=true", "--gpu-architecture=compute_90"), target="ptx"
+        ).decode()
+        assert fc.callback_symbol(f"ust_fft_{phase}", phase, dtype) in re.findall(r"(_Z\w+)", ptx)
 
 
 K_GAIN = 2.0
@@ -531,7 +567,9 @@ _HOST_SHIM = """#define __device__
 #define __forceinline__ inline
 #define _GNU_SOURCE 1
 #include <math.h>
-"""
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) double2 { double x, y; };
+"""  # CUDA's vector types, as vector_types.h declares them, for this host build
 
 
 @pytest.mark.parametrize(("kind", "shape", "dtype", "prolog", "epilog", "params"), CASES)
@@ -550,7 +588,7 @@ def test_generated_callback_body_computes_what_the_array_program_does(
     cbs, tdtype = _sites(kind, shape, dtype, prolog, epilog, params)
     single = tdtype == "complex64"
     for phase, cb in cbs.phases():
-        cb = cb.with_scale(0.25) if phase == "epilog" else cb
+        cb = cb.with_scale(0.25)  # epilog(v * s), s * prolog(x): both built into the body
         real, f = ("float", "f") if single else ("double", "")
         vdtype = cbs.geo.value_dtype(phase)
         src = _HOST_SHIM + fc._PREAMBLE.format(R=real, f=f) + fc._Emitter(cb, f).body("ust_body")

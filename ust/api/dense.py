@@ -1129,6 +1129,47 @@ class FFT(StatefulOperation):
         ptr = None if stream is None else self._place.stream(stream)
         return self._place.back(self._runner.run(self._x, self._epilog, self._epilog_args, ptr))
 
+    def autotune(self, iterations: int = 5) -> dict[str, float]:
+        """Time the fused (LTO callbacks) and the separate-pass routes of a GPU transform with
+        callbacks on the real operand and keep the faster; returns seconds per call by route.
+
+        Why: a callback changes which kernels cuFFT runs, and those are not always faster than its
+        plain kernels plus one elementwise pass (on the H200 with cuFFT 12.0 even an identity
+        callback made large transforms 1.2-3.5x slower; see benchmarks/RESULTS.md).  Elsewhere
+        (no callbacks, the CPU, a route that cannot fuse) there is one route and nothing to time.
+        """
+        self._require("autotune", "plan")
+        runner = self._runner
+        if not getattr(runner, "fused", False):
+            _log.info("FFT autotune: one route (%s), nothing to compare", runner.route)
+            return {}
+        other = self._separate_runner("autotune measured it")
+        timings = {r.route: self._time(r, iterations) for r in (runner, other)}
+        keep, drop = (runner, other) if timings[runner.route] <= timings[other.route] else (other, runner)
+        drop.free()
+        self._runner = keep
+        _log.info(
+            "FFT autotune: %s; keeping %s",
+            ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in timings.items()), keep.route,
+        )  # fmt: skip
+        return timings
+
+    def _separate_runner(self, why: str) -> Any:
+        """The GPU runner with the callbacks as separate generated passes (no LTO plan)."""
+        return _callback_runner(self, False, f"separate passes ({why})")
+
+    def _time(self, runner: Any, iterations: int) -> float:
+        cupy = import_cupy()
+        runner.run(self._x, self._epilog, self._epilog_args, None)  # warm up
+        s = cupy.cuda.get_current_stream()
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(s)
+        for _ in range(iterations):
+            runner.run(self._x, self._epilog, self._epilog_args, None)
+        stop.record(s)
+        stop.synchronize()
+        return float(cupy.cuda.get_elapsed_time(start, stop)) / 1e3 / iterations
+
     def _reset_operands(self, x: Any = None) -> None:  # type: ignore[override]
         if x is None:
             return
@@ -1203,6 +1244,9 @@ class FFT(StatefulOperation):
         self._require("load a plan")
         saved = self._checked_plan(path, self._saved_fft)
         self.plan(prolog=prolog, epilog=epilog, params=params, epilog_args=epilog_args)
+        if saved is not None and saved.get("fused") is False and getattr(self._runner, "fused", False):
+            self._runner.free()  # autotune chose the separate passes when the plan was saved
+            self._runner = self._separate_runner("the saved plan's choice")
         return saved is not None
 
     def _saved_fft(self, plan: dict[str, Any], where: str) -> dict[str, Any]:
@@ -1343,10 +1387,13 @@ def _build_cufft(f: FFT) -> Any:
 def _build_cufft_callbacks(f: FFT) -> Any:
     """GPU: cuFFT with the callbacks linked into its kernels (LTO callbacks), or, where they cannot
     be fused, with one generated elementwise kernel before / after a plain cuFFT call."""
+    return _callback_runner(f, *f._fusion)
+
+
+def _callback_runner(f: FFT, fused: bool, reason: str) -> Any:
     from ust.api.fft_callbacks import GpuCallbackFFT, norm_scale
 
     scale = norm_scale(f._transform, f._norm, f._cbs.geo.sizes, _FFT_INVERSE)
-    fused, reason = f._fusion
     return GpuCallbackFFT(
         f._cbs, f._transform, f._n, f._axes, f._norm, f._place.device_id, fused, reason, scale
     )

@@ -420,6 +420,8 @@ def _device_values(values: Mapping[str, Any], single: bool, cp: Any) -> dict[str
 
 
 _DIRECTION = {"fft": -1, "fftn": -1, "rfft": -1, "ifft": 1, "ifftn": 1, "irfft": 1}
+#: The norm under which scipy / CuPy leave a transform of that direction unscaled.
+_UNSCALED = {-1: "backward", 1: "forward"}
 _LAYOUT_KIND = {"rfft": "r2c", "irfft": "c2r"}
 
 
@@ -443,6 +445,7 @@ class GpuCallbackFFT:
         dtype = geo.out_dtype if geo.out_dtype.startswith("complex") else geo.in_dtype
         self.plan: Any = None
         self.passes: dict[str, Any] = {}
+        self.folded: str | None = None  # the separate pass that applies the norm's factor
         refusal_key = (kind, repr(geo), device_id, dtype)
         with self.cp.cuda.Device(device_id):
             if fused and not strict and refusal_key in _REFUSED:
@@ -457,17 +460,23 @@ class GpuCallbackFFT:
                     _log.warning(
                         "cuFFT did not take the LTO callbacks (%s); running them as separate kernels", exc
                     )
-                    self.fused, self.reason, self.route = (
-                        False,
-                        f"cuFFT refused the LTO callbacks: {exc}",
-                        "cufft+kernel",
+                    why = (
+                        "cuFFT refused the LTO callbacks"
+                        if isinstance(exc, cbk.CufftError)
+                        else ("the callbacks could not be built for cuFFT")
                     )
+                    self.fused, self.reason, self.route = False, f"{why}: {exc}", "cufft+kernel"
                     _REFUSED[refusal_key] = self.reason
             if not self.fused:
                 _log.info("FFT callbacks not fused (%s): separate elementwise passes", self.reason)
+                # the norm's factor rides in a generated pass (the epilogue's, else the prologue's)
+                # and cuFFT runs unscaled: no separate scaling pass over memory
+                texts = [ph for ph, c in cbs.phases() if isinstance(c, FFTCallback)]
+                self.folded = (texts[-1] if texts else None) if scale != 1.0 else None
                 for phase, c in cbs.phases():
                     if isinstance(c, FFTCallback):
-                        key = ("pass", c.text, c.params, c.site, dtype, device_id)
+                        c = c.with_scale(scale) if phase == self.folded else c
+                        key = ("pass", c.text, c.params, c.site, c.scale, dtype, device_id)
                         self.passes[phase] = cbk.PLANS.get(
                             key, lambda c=c: cbk.SeparatePass(c, dtype, device_id)
                         )
@@ -525,7 +534,8 @@ class GpuCallbackFFT:
                     xin = (
                         p.run(xin, values, in_place=False) if p is not None else cbs.apply("prolog", xin, cp)
                     )
-                y = cufft.one_shot(self.kind, xin, self.n, self.axes, self.norm)
+                norm = self.norm if self.folded is None else _UNSCALED[_DIRECTION[self.kind]]
+                y = cufft.one_shot(self.kind, xin, self.n, self.axes, norm)
                 if cbs.epilog is not None:
                     p = self.passes.get("epilog")
                     y = p.run(y, values, in_place=True) if p is not None else cbs.apply("epilog", y, cp)

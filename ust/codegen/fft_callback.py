@@ -35,6 +35,7 @@ __all__ = [
     "CallbackSite",
     "FFTCallback",
     "ParamSpec",
+    "callback_symbol",
     "callback_type",
     "compile_fft_callback",
     "cuda_callback_source",
@@ -130,7 +131,9 @@ class FFTCallback:
     site: CallbackSite
     params: tuple[ParamSpec, ...]
     result: str  # REAL | COMPLEX
-    scale: float = 1.0  # the transform's norm factor, folded in: epilog(v * scale)
+    # the transform's norm factor, folded in: epilog(v * scale), or scale * prolog(x) (both give the
+    # norm's result, the transform being linear)
+    scale: float = 1.0
 
     def with_scale(self, scale: float) -> FFTCallback:
         return FFTCallback(self.text, self.tree, self.site, self.params, self.result, scale)
@@ -353,7 +356,8 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
         arr = arr.astype(real if arr.dtype.kind in "iubf" else _complex_of(xp, real), copy=False)
         return arr.reshape(shape)
 
-    value = y if cb.scale == 1.0 else y * y.dtype.type(cb.scale)
+    epilog_scale = cb.scale != 1.0 and site.phase == "epilog"
+    value = y * y.dtype.type(cb.scale) if epilog_scale else y
 
     def ev(e: ast.ExprAST) -> Any:
         if isinstance(e, ast.Num):
@@ -374,6 +378,8 @@ def evaluate(cb: FFTCallback, y: Any, params: Mapping[str, Any], xp: Any) -> Any
 
     with _quiet(xp):
         result = ev(cb.tree)
+        if cb.scale != 1.0 and site.phase == "prolog":
+            result = result * real(cb.scale)
     fresh = getattr(result, "shape", None) == tuple(site.shape) and result is not y
     if fresh and result.dtype == y.dtype:
         return result  # already a new array of the right kind: no copy
@@ -398,13 +404,13 @@ class _quiet:
 
 
 # ------------------------------------------------------------------------------------ CUDA source
-# One ``__device__`` body per callback, wrapped either as a cuFFT LTO callback (``extern "C"``,
-# the name handed to cufftXtSetJITCallback) or as a grid-stride elementwise kernel.  No headers:
-# a complex value is ``uc`` (two reals, aligned like float2 / double2), with its arithmetic here.
+# One ``__device__`` body per callback, wrapped either as a cuFFT LTO callback or as a grid-stride
+# elementwise kernel.  No headers: a complex value is ``uc``, CUDA's own float2 / double2 (the types
+# behind cufftComplex / cufftDoubleComplex), with its arithmetic here.
 # Every helper is ``static``: a prologue's and an epilogue's LTO-IR are linked into one program.
 
 _PREAMBLE = """typedef {R} ust_r;
-struct alignas(2 * sizeof(ust_r)) uc {{ ust_r x, y; }};
+typedef {R}2 uc;  /* cufftComplex / cufftDoubleComplex: the type cuFFT's callback prototypes use */
 static __device__ __forceinline__ uc uc_mk(ust_r a, ust_r b) {{ uc z; z.x = a; z.y = b; return z; }}
 static __device__ __forceinline__ uc operator+(uc a, uc b) {{ return uc_mk(a.x + b.x, a.y + b.y); }}
 static __device__ __forceinline__ uc operator-(uc a, uc b) {{ return uc_mk(a.x - b.x, a.y - b.y); }}
@@ -559,10 +565,12 @@ class _Emitter:
                 )
             else:
                 lines.append(f"  const ust_r p_{p.name} = (ust_r)ust_pd[{slot}];")
-        if cb.scale != 1.0:
+        if cb.scale != 1.0 and site.phase == "epilog":
             lines.append(f"  v = v * (ust_r){cb.scale!r};")
         code, kind = self.expr(cb.tree)
         result = self.as_complex(code, kind) if site.value == COMPLEX else code
+        if cb.scale != 1.0 and site.phase == "prolog":
+            result = f"(({result}) * (ust_r){cb.scale!r})"
         lines += [f"  return {result};", "}"]
         return "\n".join(lines)
 
@@ -619,28 +627,48 @@ def callback_type(cb: FFTCallback, dtype: str) -> str:
 
 
 def cuda_callback_source(cb: FFTCallback, dtype: str, symbol: str) -> str:
-    """CUDA C++ of ``cb`` as a cuFFT LTO callback named ``symbol`` (``extern "C"``), for NVRTC ``-dlto``.
+    """CUDA C++ of ``cb`` as a cuFFT LTO callback named ``symbol``, for NVRTC ``-dlto``.
 
     Load: ``T symbol(void* dataIn, unsigned long long offset, void* callerInfo, void* shared)``;
     store: ``void symbol(void* dataOut, unsigned long long offset, T element, void* callerInfo,
-    void* shared)``, T being float / double or their complex pairs (cufftComplex's layout).
+    void* shared)``, T being float / double / float2 / double2 (cuFFT's own types).  The function
+    has C++ linkage, not ``extern "C"``: cuFFT declares the callback it links against as a C++
+    function of exactly this prototype, so the symbol it resolves is the mangled name
+    (:func:`callback_symbol`); an ``extern "C"`` definition leaves it unresolved and cuFFT 12
+    fails the plan with CUFFT_INTERNAL_ERROR (measured on the H200).
     """
     real, f = _precision(dtype)
     em = _Emitter(cb, f)
     vt = _ctype(cb.site.value)
     if cb.site.phase == "prolog":
         wrapper = (
-            f'extern "C" __device__ {vt} {symbol}(void* dataIn, unsigned long long offset, void* callerInfo, '
+            f"__device__ {vt} {symbol}(void* dataIn, unsigned long long offset, void* callerInfo, "
             "void* sharedPointer) {\n"
             f"  return ust_body(((const {vt}*)dataIn)[offset], offset, callerInfo);\n}}\n"
         )
     else:
         wrapper = (
-            f'extern "C" __device__ void {symbol}(void* dataOut, unsigned long long offset, {vt} element, '
+            f"__device__ void {symbol}(void* dataOut, unsigned long long offset, {vt} element, "
             "void* callerInfo, void* sharedPointer) {\n"
             f"  (({vt}*)dataOut)[offset] = ust_body(element, offset, callerInfo);\n}}\n"
         )
     return _PREAMBLE.format(R=real, f=f) + em.body("ust_body") + "\n" + wrapper
+
+
+#: The Itanium-ABI code of each value type in a callback prototype (cufftComplex is float2).
+_MANGLED_VALUE = {"float32": "f", "float64": "d", "complex64": "6float2", "complex128": "7double2"}
+
+
+def callback_symbol(symbol: str, phase: str, value_dtype: str) -> str:
+    """The mangled name cuFFT resolves for a callback ``symbol`` (what a numba-compiled callback,
+    which has C linkage under the name it is given, must be called).
+
+    Load ``T f(void*, unsigned long long, void*, void*)``: ``_Z<n>fPvyS_S_`` (a return type is not
+    part of the name); store ``void f(void*, unsigned long long, T, void*, void*)``:
+    ``_Z<n>fPvy<T>S_S_``.
+    """
+    params = "PvyS_S_" if phase == "prolog" else f"Pvy{_MANGLED_VALUE[value_dtype]}S_S_"
+    return f"_Z{len(symbol)}{symbol}{params}"
 
 
 def cuda_kernel_source(cb: FFTCallback, dtype: str, name: str) -> str:

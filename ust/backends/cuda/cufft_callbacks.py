@@ -18,7 +18,6 @@ compile-time constants.  CuPy is imported only inside functions.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import math
@@ -35,6 +34,7 @@ from ust.backends.generated.disk_cache import ArtifactCache
 from ust.codegen.cache import content_key
 from ust.codegen.fft_callback import (
     FFTCallback,
+    callback_symbol,
     callback_type,
     cuda_callback_source,
     cuda_kernel_source,
@@ -283,9 +283,11 @@ def numba_ltoir(
     """
     try:
         from numba import cuda, types
-    except ImportError as exc:
+    except Exception as exc:  # not installed, or an install that fails on import (NumPy too new)
         raise BackendUnavailableError(
-            f"fusing a Python {phase} into cuFFT needs numba-cuda ({exc})", pip_command=NUMBA_PIP
+            f"fusing a Python {phase} into cuFFT needs a working numba-cuda "
+            f"({type(exc).__name__}: {str(exc)[:200]})",
+            pip_command=NUMBA_PIP,
         ) from None
     key = (_numba_key(fn), phase, value_dtype, info_dtype, symbol, arch)
     t0 = time.perf_counter()
@@ -304,13 +306,18 @@ def numba_ltoir(
                 fn,
                 sig,
                 device=True,
-                abi="c",
-                abi_info={"abi_name": symbol},
+                abi="c",  # under the C++ name cuFFT resolves for ``symbol``
+                abi_info={"abi_name": callback_symbol(symbol, phase, value_dtype)},
                 output="ltoir",
                 cc=(int(arch[:-1]), int(arch[-1])),
             )
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            if isinstance(exc, AttributeError) and "module 'numpy'" in first:
+                raise BackendUnavailableError(
+                    f"the installed numba-cuda does not work with NumPy {np.__version__} ({first})",
+                    pip_command=NUMBA_PIP,
+                ) from None
             raise UnsupportedError(
                 f"numba-cuda cannot compile the {phase} {getattr(fn, '__name__', fn)!r} ({type(exc).__name__}: {first})"
             ) from None
@@ -318,7 +325,8 @@ def numba_ltoir(
 
     import numba
 
-    parts = (phase, value_dtype, info_dtype, symbol, arch, numba.__version__, str(cufft_version()))
+    name = callback_symbol(symbol, phase, value_dtype)
+    parts = (phase, value_dtype, info_dtype, name, arch, numba.__version__, str(cufft_version()))
     disk = _numba_disk_key(fn, parts)
     if disk is None:
         data_bytes, how = (
@@ -441,12 +449,15 @@ class FusedFFT:
             try:
                 self._infos: list[Any] = []
                 for b in blobs:
+                    # cuFFT keeps these three pointers and reads them when the plan is made (the
+                    # symbol name too): each must live as long as the plan, not just the call
                     info = (ctypes.c_void_p * 1)(b.info_ptr)
                     blob = ctypes.create_string_buffer(b.ltoir, len(b.ltoir))
-                    self._infos.append((info, blob))  # alive as long as the plan
+                    symbol = ctypes.create_string_buffer(b.symbol.encode())
+                    self._infos.append((info, blob, symbol))
                     status = api.set_jit(
                         self.handle,
-                        b.symbol.encode(),
+                        symbol,
                         ctypes.cast(blob, ctypes.c_void_p),
                         len(b.ltoir),
                         b.cb_type,
@@ -523,8 +534,10 @@ class FusedFFT:
                 self.handle = None
 
     def __del__(self) -> None:  # plans hold device memory: give it back with the object
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - no module globals (contextlib): at interpreter exit they may be gone
             self.free()
+        except Exception:
+            pass
 
 
 def _value_type(value_dtype: str) -> str:
