@@ -119,3 +119,38 @@ def test_c_and_ir_sources_are_text() -> None:
     assert "for x_i in [0, E_i)" in c.source("ir")
     with pytest.raises(ust.InvalidValueError):
         c.source("fortran")
+
+
+def test_split_variants_exist_where_a_row_sum_can_be_cut_and_compile() -> None:
+    """Few long rows: a row summed in a register over one loop has a ``_split`` variant (atomic
+    combine); sparse results and merged rows do not."""
+    from ust.backends.cuda.compute_cuda import MAX_PARTS, split_parts
+    from ust.codegen.emit_compute_cuda import SPLIT, kernel_name, supports_split
+
+    def kernels(expr: str, **ops: object) -> list:
+        c = ust.Compute(expr, **ops)
+        return list(c._build(gpu=True).ck.kernels)
+
+    X = ust.asarray(_t3(), format="CSF")
+    mttkrp = kernels("M(i,r) = X(i,j,k) * B(j,r) * C(k,r)", X=X, B=np.ones((4, 3)), C=np.ones((5, 3)))
+    spmv = kernels("y(i) = A(i,j) * x(j)", A=_m("CSR"), x=np.ones(5))
+    spgemm = kernels("C(i,j) = A(i,k) * B(k,j)", A=_m("CSR"), B=_m("CSR", shape=(5, 4)))
+    assert supports_split(mttkrp[0]) and supports_split(spmv[0])
+    assert not any(supports_split(k) for k in spgemm)
+    src = ust.Compute(
+        "M(i,r) = X(i,j,k) * B(j,r) * C(k,r)", X=X, B=np.ones((4, 3)), C=np.ones((5, 3))
+    ).source("cuda")
+    assert kernel_name(mttkrp[0], SPLIT) in src and "ust_atomic_add(&out[" in src
+    assert compile_cuda(src, (f"--gpu-architecture=sm_{ARCH}", "--std=c++17"))
+    # the launcher's choice: few long rows split, many rows or short rows not, a forced count kept
+    assert split_parts(200 * 32, 1_000_000, 200) > 1
+    assert split_parts(1 << 20, 8 << 20, 1 << 20) == 1
+    assert split_parts(64, 64 * 4, 64) == 1
+    assert split_parts(10, 10, 10, forced=5) == 5 and split_parts(10, 10, 10, forced=10**9) == MAX_PARTS
+
+
+def test_split_option_is_checked() -> None:
+    with pytest.raises(ust.InvalidValueError, match="split"):
+        ust.Compute("y(i) = A(i,j) * x(j)", A=_m("CSR"), x=np.ones(5), options={"split": -1})
+    with pytest.raises(ust.InvalidValueError, match="split"):
+        ust.Compute("y(i) = A(i,j) * x(j)", A=_m("CSR"), x=np.ones(5), options={"split": 1.5})

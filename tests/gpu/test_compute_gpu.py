@@ -505,3 +505,51 @@ def test_random_expressions_gpu(p: Problem) -> None:
             check_host(host(got), want)
     except AssertionError as exc:
         raise AssertionError(p.describe()) from exc
+
+
+# ------------------------------------------------------------------- rows split across threads
+
+
+@pytest.mark.parametrize("parts", [2, 3, 64])
+@pytest.mark.parametrize("fa", FORMATS, ids=FMT_IDS)
+def test_split_rows_spmv_spmm(fa: str, parts: int, cp: Any) -> None:
+    """``options={"split": S}`` cuts each row's reduction into S parts combined atomically (the
+    variant few long rows take on their own); results equal the unsplit ones in every format."""
+    A = mat(61, (10, 40), density=0.5)  # even: BSR takes 2x2 blocks
+    x, B = rand_dense(62, (40,)), rand_dense(63, (40, 5))
+    a = dev(to_fmt(A, fa))
+    opts = {"split": parts}
+    check(ust.compute("y(i) = A(i,j) * x(j)", A=a, x=cp.asarray(x), options=opts), A @ x)
+    check(ust.compute("C(i,k) = A(i,j) * B(j,k)", A=a, B=cp.asarray(B), options=opts), A @ B)
+
+
+@pytest.mark.parametrize("f3", ["COO3", "CSF"])
+def test_split_rows_mttkrp_semirings_and_dtypes(f3: str, cp: Any) -> None:
+    X = rand_sparse_nd(64, (4, 9, 8), density=0.5)
+    B, C = rand_dense(65, (9, 6)), rand_dense(66, (8, 6))
+    x = dev(ust.asarray(X, format=f3))
+    got = ust.einsum("ijk,jr,kr->ir", x, cp.asarray(B), cp.asarray(C), options={"split": 5})
+    check(got, np.einsum("ijk,jr,kr->ir", X, B, C))
+    G = weighted_graph(67, n=12, density=0.6)
+    d = rand_dense(68, (12,))
+    Gd = G.toarray()
+    want = np.where(Gd != 0, Gd + d[None, :], np.inf).min(axis=1)  # stored entries only
+    got = ust.compute(
+        "y(i) = G(i,j) * d(j)", G=dev(G), d=cp.asarray(d), semiring="min_plus", options={"split": 4}
+    )
+    np.testing.assert_array_equal(host(got), want)
+    for dtype in (np.int64, np.int32, np.complex128, np.float32):
+        A = mat(69, (7, 30), dtype=dtype, density=0.6)
+        v = rand_dense(70, (30,), dtype)
+        got = ust.compute("y(i) = A(i,j) * v(j)", A=dev(A), v=cp.asarray(v), options={"split": 3})
+        check(got, A @ v)
+
+
+def test_few_long_rows_split_on_their_own(cp: Any) -> None:
+    """64 rows of 4096 entries: the launcher splits the rows (and the result is the same)."""
+    from ust.backends.cuda.compute_cuda import split_parts
+
+    A = sp.random_array((64, 4096), density=0.9, random_state=71, format="csr")
+    x = rand_dense(72, (4096,))
+    assert split_parts(64, A.nnz, 64) > 1
+    check(ust.compute("y(i) = A(i,j) * x(j)", A=dev(A), x=cp.asarray(x)), A @ x)

@@ -621,9 +621,16 @@ class Compute(StatefulOperation):
         self.expression = expression
         self.semiring = resolve_semiring(semiring)
         opts = dict(options or {})
-        unknown = set(opts) - {"order", "mode"}
+        unknown = set(opts) - {"order", "mode", "split"}
         if unknown:
-            raise InvalidValueError(f"unknown compute options {sorted(unknown)}; supported: order, mode")
+            raise InvalidValueError(
+                f"unknown compute options {sorted(unknown)}; supported: order, mode, split"
+            )
+        split = opts.get("split", 0)
+        if isinstance(split, bool) or not isinstance(split, int) or split < 0:
+            raise InvalidValueError(
+                f"options['split'] must be a non-negative int (GPU parts per row; 0 chooses), not {split!r}"
+            )
         if opts.get("mode") is not None and opts["mode"] not in MODES:
             raise InvalidValueError(
                 f"options['mode'] must be one of {', '.join(MODES)}, not {opts['mode']!r}"
@@ -656,6 +663,7 @@ class Compute(StatefulOperation):
         self._out_format = self._resolve_out_format(expr, ops)
         self._plan_obj: _Plan | None = None
         self._group = 0  # GPU lanes per row fixed by autotune (0: from the row lengths)
+        self._split = split  # GPU parts per row of a split row reduction (0: from the shape)
         self._args_cache: tuple[_Plan, dict[str, Any]] | None = None
 
     # -- planning -------------------------------------------------------------------------------
@@ -871,9 +879,11 @@ class Compute(StatefulOperation):
                 continue
             self._plan_obj = p
             times = []
+            sync = _synchronizer(p.device)
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 self._run(p)
+                sync()  # a GPU launch returns before the kernel ends: time the kernel, not the launch
                 times.append(time.perf_counter() - t0)
             tm = min(times)
             _log.debug("compute autotune: order %s: %.3f ms", "".join(order), 1e3 * tm)
@@ -929,6 +939,7 @@ class Compute(StatefulOperation):
         if on_gpu:
             outer = p.extents[p.order[0]] if p.order else 1
             args["ust_group"] = self._group or lanes_per_row(work / max(outer, 1))
+            args["ust_work"], args["ust_split"] = work, self._split
         vdt = str(p.value_dtype)
         try:
             return run_compute(
@@ -1189,6 +1200,15 @@ def lanes_per_row(mean_entries: float) -> int:
     if mean_entries < 6:
         return 1
     return 8 if mean_entries < 48 else 32
+
+
+def _synchronizer(device: str) -> Any:
+    """A call that waits for ``device``'s queued work (nothing to wait for on the CPU)."""
+    if device.startswith("cuda"):
+        from ust.runtime.xp import import_cupy
+
+        return import_cupy().cuda.Device(int(device.partition(":")[2] or 0)).synchronize
+    return lambda: None
 
 
 def _xp_of(device: str) -> Any:

@@ -832,6 +832,8 @@ class _Lowerer:
             ("parallel", self.parallel),
             ("pass", self.pass_),
             ("reduce_add", add_ir(self.sr, Var("ust_ra"), Var("ust_rb"))),
+            # a row accumulated in ``acc`` may be split across threads, combined with this atomic
+            ("split_op", self.sr.atomic if self.row_acc else ""),
         )
         return Kernel(name, self.params(), Block(tuple(body)), None, self.vdt, "int64", "int64", meta)
 

@@ -10,6 +10,12 @@ pattern for real min / max.  Sparse results use the lowering's ``expand`` mode (
 written at each row's offset, combined by the host after a sort), so no kernel needs a
 per-thread workspace.  No headers; ``+-inf`` are bit patterns.
 
+A row summed in a register whose rows are too few to fill the GPU (MTTKRP's 200 rows of 5000
+entries, a short wide SpMV) has a ``_split`` variant: each row's reduction loop is cut into S
+equal ranges of positions, one thread (with its output columns) per range, and the partial sums
+are combined with the semiring's atomic add.  S is the grid's threads over the rows' work items,
+so the launcher chooses it by the grid it launches.
+
 Owned dense rows summed in a register (the lowering's ``acc`` with a ``reduce`` loop) may be
 shared by a group of G lanes (G = 1 thread-per-row, 32 warp-per-row): the reduction loop is
 strided across the lanes, the partial sums combined with ``__shfl_down_sync`` and the
@@ -23,13 +29,39 @@ import math
 
 from ust.codegen.emit_cstyle import CStyleRenderer
 from ust.codegen.emit_cuda import CUDA_INDEX, PRELUDE, cuda_signature
-from ust.codegen.ir import Accumulate, Block, Const, Expr, Kernel, Let, Loop, Param, Stmt, Store, walk
+from ust.codegen.ir import (
+    Accumulate,
+    Assign,
+    Block,
+    Const,
+    Expr,
+    Kernel,
+    Let,
+    Loop,
+    Param,
+    Stmt,
+    Store,
+    While,
+    walk,
+)
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["COMPUTE_CUDA_VALUE", "GROUPS", "emit_compute_cuda", "kernel_name", "supports_groups"]
+__all__ = [
+    "COMPUTE_CUDA_VALUE",
+    "GROUPS",
+    "SPLIT",
+    "emit_compute_cuda",
+    "kernel_name",
+    "split_loop",
+    "supports_groups",
+    "supports_split",
+    "variants",
+]
 
 #: Lanes per row the emitter offers for row-reduction kernels.
 GROUPS = (1, 8, 32)
+#: The pseudo group size naming a kernel's split-row variant (:func:`kernel_name`).
+SPLIT = -1
 
 COMPUTE_CUDA_VALUE = {
     "float32": "float",
@@ -98,6 +130,9 @@ __device__ __forceinline__ void ust_atomic_max(float *p, float v) {
 """
 
 
+_ATOMIC_FN = {"+": "ust_atomic_add", "min": "ust_atomic_min", "max": "ust_atomic_max"}
+
+
 class _ComputeCuda(CStyleRenderer):
     value_types = COMPUTE_CUDA_VALUE
     index_types = CUDA_INDEX
@@ -107,7 +142,9 @@ class _ComputeCuda(CStyleRenderer):
         super().__init__(kernel)
         self.complex = kernel.value_dtype.startswith("complex")
         self.integer = kernel.value_dtype.startswith(("int", "uint"))
-        self.g = group
+        self.split = group == SPLIT
+        self.split_loop = split_loop(kernel) if self.split else None
+        self.g = 1 if self.split else group
         self.in_group = False
         self.pending_shuffle = False
 
@@ -139,10 +176,14 @@ class _ComputeCuda(CStyleRenderer):
                 f"no atomic {s.op} for {self.k.value_dtype} values on the GPU; this expression's output is "
                 "shared between threads: compute it on the CPU (execution='cpu') or in a wider dtype"
             )
-        fn = {"+": "ust_atomic_add", "min": "ust_atomic_min", "max": "ust_atomic_max"}[s.op]
+        fn = _ATOMIC_FN[s.op]
         self.out(depth, f"{fn}(&{s.buf}[{self.expr(s.index)}], {self.expr(s.value)});")
 
     def store(self, s: Store, depth: int) -> None:
+        if self.split and s.buf == "out":  # out = out (+) acc, by several threads of one row
+            fn = _ATOMIC_FN[str(self.k.info["split_op"])]
+            self.out(depth, f"{fn}(&out[{self.expr(s.index)}], acc);")
+            return
         text = f"{s.buf}[{self.expr(s.index)}] = {self.expr(s.value)};"
         if self.in_group and self.pending_shuffle:
             self.shuffle(depth)
@@ -163,21 +204,19 @@ class _ComputeCuda(CStyleRenderer):
         if s.reduce and self.in_group:
             self.group_reduce(s, depth)
             return
+        if self.split and s is self.split_loop:
+            self.split_reduce(s, depth)
+            return
         if not s.parallel:
             self.serial_loop(s, depth)
             return
         if self.g > 1:
             self.group_rows(s, depth)
             return
-        chain = [s]
-        while (
-            chain[-1].body.body
-            and isinstance(chain[-1].body.body[-1], Loop)
-            and chain[-1].body.body[-1].parallel
-            and chain[-1].body.body[-1].tag == "cols"
-            and all(isinstance(x, Let) for x in chain[-1].body.body[:-1])
-        ):
-            chain.append(chain[-1].body.body[-1])
+        chain = _flat_chain(s)
+        if self.split:
+            self.flat_loops(chain, depth)
+            return
         if len(chain) > 1:
             self.flat_loops(chain, depth)
             return
@@ -205,18 +244,37 @@ class _ComputeCuda(CStyleRenderer):
             self.out(d, f"const {it} ust_lo{n} = {self.expr(lp.lo)};")
             self.out(d, f"const {it} ust_e{n} = {self.expr(lp.hi)} - ust_lo{n};")
         total = " * ".join(f"ust_e{n}" for n in range(len(chain)))
+        if self.split:  # S parts per row: the grid's threads over the rows' items (at least 1)
+            self.out(d, f"const {it} ust_items = {total};")
+            self.out(d, f"const {it} ust_threads = ({it})gridDim.x * blockDim.x;")
+            self.out(
+                d,
+                f"const {it} ust_S = ust_threads > ust_items && ust_items > 0 ? ust_threads / ust_items : 1;",
+            )
+            total = "ust_items * ust_S"
         self.out(
             d,
             f"for ({it} ust_f = ({it})blockIdx.x * blockDim.x + threadIdx.x; ust_f < {total}; "
             f"ust_f += ({it})gridDim.x * blockDim.x) {{",
         )
         self.out(d + 1, f"{it} ust_r = ust_f;")
-        for n in reversed(range(len(chain))):
-            if n:
-                self.out(d + 1, f"const {it} {chain[n].var} = ust_lo{n} + ust_r % ust_e{n};")
-                self.out(d + 1, f"ust_r /= ust_e{n};")
+        # fastest first: the last output column, then (split) the part of the row, then the rest
+        items: list[int | str] = list(reversed(range(len(chain))))
+        if self.split:
+            items.insert(1 if len(chain) > 1 else 0, "s")
+        for m, item in enumerate(items):
+            last = m == len(items) - 1
+            if item == "s":
+                self.out(d + 1, "const " + it + (" ust_s = ust_r;" if last else " ust_s = ust_r % ust_S;"))
+                if not last:
+                    self.out(d + 1, "ust_r /= ust_S;")
+                continue
+            var = chain[int(item)].var
+            if last:
+                self.out(d + 1, f"const {it} {var} = ust_lo{item} + ust_r;")
             else:
-                self.out(d + 1, f"const {it} {chain[n].var} = ust_lo{n} + ust_r;")
+                self.out(d + 1, f"const {it} {var} = ust_lo{item} + ust_r % ust_e{item};")
+                self.out(d + 1, f"ust_r /= ust_e{item};")
         for lp in chain[:-1]:  # each level's lets (its coordinate, the segment below it)
             for x in lp.body.body[:-1]:
                 self.stmt(x, d + 1)
@@ -246,6 +304,22 @@ class _ComputeCuda(CStyleRenderer):
         self.out(d, "}")
         self.out(depth, "}")
 
+    def split_reduce(self, s: Loop, depth: int) -> None:
+        """A row's reduction loop over this thread's part ``ust_s`` of ``ust_S`` of its positions."""
+        it = self.it
+        self.out(depth, "{")
+        d = depth + 1
+        self.out(d, f"const {it} ust_c0 = {self.expr(s.lo)};")
+        self.out(d, f"const {it} ust_cn = {self.expr(s.hi)} - ust_c0;")
+        self.out(
+            d,
+            f"for ({it} {s.var} = ust_c0 + ust_cn * ust_s / ust_S; {s.var} < ust_c0 + ust_cn * (ust_s + 1) / ust_S; "
+            f"++{s.var}) {{",
+        )
+        self.block(s.body, d + 1)
+        self.out(d, "}")
+        self.out(depth, "}")
+
     def group_reduce(self, s: Loop, depth: int) -> None:
         """A row's reduction loop strided across the group (the shuffle follows the last one)."""
         g, it = self.g, self.it
@@ -260,7 +334,7 @@ class _ComputeCuda(CStyleRenderer):
         self.pending_shuffle = True
 
     def signature(self, params: tuple[Param, ...]) -> str:
-        return cuda_signature(self, kernel_name(self.k, self.g), params)
+        return cuda_signature(self, kernel_name(self.k, SPLIT if self.split else self.g), params)
 
     def kernel(self) -> str:
         k = self.k
@@ -299,16 +373,71 @@ def supports_groups(k: Kernel) -> bool:
     )
 
 
+def _flat_chain(s: Loop) -> list[Loop]:
+    """``s`` and the output-column loops perfectly nested in it (flattened into one grid index)."""
+    chain = [s]
+    while (
+        chain[-1].body.body
+        and isinstance(chain[-1].body.body[-1], Loop)
+        and chain[-1].body.body[-1].parallel
+        and chain[-1].body.body[-1].tag == "cols"
+        and all(isinstance(x, Let) for x in chain[-1].body.body[:-1])
+    ):
+        chain.append(chain[-1].body.body[-1])
+    return chain
+
+
+def split_loop(k: Kernel) -> Loop | None:
+    """The loop whose positions ``k``'s split variant cuts into parts, or None: the one parallel
+    loop (with its output columns) must hold a row summed in ``acc`` by a single loop (nested
+    loops inside it are fine: each part runs them whole), stored once into ``out`` with an add
+    this dtype has an atomic for."""
+    op = str(k.info.get("split_op") or "")
+    if not op or not k.info.get("parallel") or k.value_dtype not in _ATOMIC.get(op, ()):
+        return None
+    outer = [s for s in k.body.body if isinstance(s, Loop) and s.parallel]
+    if len(outer) != 1 or outer[0].reduce:
+        return None
+    body = _flat_chain(outer[0])[-1].body.body
+    loops = [s for s in body if isinstance(s, (Loop, While))]
+    writes = [s for s in walk(outer[0].body) if isinstance(s, (Store, Accumulate))]
+    summed_outside = any(
+        isinstance(x, Assign) and x.name == "acc" for st in body if st not in loops for x in walk(st)
+    )
+    ok = (
+        len(loops) == 1
+        and isinstance(loops[0], Loop)
+        and not summed_outside
+        and len(writes) == 1
+        and writes[0] is body[-1]
+        and isinstance(writes[0], Store)
+        and writes[0].buf == "out"
+    )
+    return loops[0] if ok and isinstance(loops[0], Loop) else None
+
+
+def supports_split(k: Kernel) -> bool:
+    """Whether ``k`` has a split-row variant (:func:`split_loop`)."""
+    return split_loop(k) is not None
+
+
+def variants(k: Kernel) -> tuple[int, ...]:
+    """The group sizes (and :data:`SPLIT`) ``k`` is emitted for."""
+    return (*(GROUPS if supports_groups(k) else (1,)), *((SPLIT,) if supports_split(k) else ()))
+
+
 def kernel_name(k: Kernel, group: int) -> str:
-    """The ``extern "C"`` name of ``k`` emitted for ``group`` lanes per row."""
+    """The ``extern "C"`` name of ``k`` emitted for ``group`` lanes per row (or its split variant)."""
+    if group == SPLIT:
+        return f"{k.name}_split"
     return k.name if group == 1 else f"{k.name}_g{group}"
 
 
 def emit_compute_cuda(kernels: list[Kernel]) -> str:
-    """CUDA source defining one ``extern "C"`` kernel per IR kernel (named by :func:`kernel_name`),
-    and for row-reduction kernels one per group size of :data:`GROUPS`."""
+    """CUDA source defining one ``extern "C"`` kernel per IR kernel and variant of :func:`variants`
+    (named by :func:`kernel_name`)."""
     parts = [PRELUDE.replace("ust.codegen.emit_cuda", "ust.codegen.emit_compute_cuda"), EXTRA]
     for k in kernels:
-        for g in GROUPS if supports_groups(k) else (1,):
+        for g in variants(k):
             parts.append(_ComputeCuda(k, g).kernel())
     return "\n".join(parts)
