@@ -14,7 +14,6 @@ import tempfile
 
 import numpy as np
 import scipy.sparse as sp
-
 import ust.linalg as L
 
 
