@@ -1159,16 +1159,13 @@ class FFT(StatefulOperation):
         return _callback_runner(self, False, f"separate passes ({why})")
 
     def _time(self, runner: Any, iterations: int) -> float:
-        cupy = import_cupy()
-        runner.run(self._x, self._epilog, self._epilog_args, None)  # warm up
-        s = cupy.cuda.get_current_stream()
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(s)
-        for _ in range(iterations):
-            runner.run(self._x, self._epilog, self._epilog_args, None)
-        stop.record(s)
-        stop.synchronize()
-        return float(cupy.cuda.get_elapsed_time(start, stop)) / 1e3 / iterations
+        from ust.runtime.streams import gpu_seconds_per_call
+
+        def call() -> Any:
+            return runner.run(self._x, self._epilog, self._epilog_args, None)
+
+        call()  # warm up
+        return gpu_seconds_per_call(call, iterations)
 
     def _reset_operands(self, x: Any = None) -> None:  # type: ignore[override]
         if x is None:

@@ -391,15 +391,9 @@ class Matmul(StatefulOperation):
         stream = self._stream()
         ex.run(self.b, self.c, self.out, stream)  # warm up (and compile)
         if self.space.is_cuda:
-            cupy = import_cupy()
-            s = cupy.cuda.get_current_stream()
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(s)
-            for _ in range(iterations):
-                ex.run(self.b, self.c, self.out, stream)
-            stop.record(s)
-            stop.synchronize()
-            return float(cupy.cuda.get_elapsed_time(start, stop)) / 1e3 / iterations
+            from ust.runtime.streams import gpu_seconds_per_call
+
+            return gpu_seconds_per_call(lambda: ex.run(self.b, self.c, self.out, stream), iterations)
         samples = []
         for _ in range(max(iterations, 3)):  # median: one slow run (thread start, page faults) is noise
             t0 = time.perf_counter()

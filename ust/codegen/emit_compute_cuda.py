@@ -214,10 +214,7 @@ class _ComputeCuda(CStyleRenderer):
             self.group_rows(s, depth)
             return
         chain = _flat_chain(s)
-        if self.split:
-            self.flat_loops(chain, depth)
-            return
-        if len(chain) > 1:
+        if self.split or len(chain) > 1:
             self.flat_loops(chain, depth)
             return
         it = self.it

@@ -11,7 +11,7 @@ from typing import Any
 
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["current_stream", "stream_pointer"]
+__all__ = ["current_stream", "gpu_seconds_per_call", "stream_pointer"]
 
 
 def _cupy_current(device_id: int | None) -> Any:
@@ -58,3 +58,19 @@ def stream_pointer(stream: Any) -> int:
         f"cannot read a CUDA stream from {type(stream).__name__}; supported: an int cudaStream_t, "
         "a CuPy or torch stream, or an object with __cuda_stream__"
     )
+
+
+def gpu_seconds_per_call(fn: Any, iterations: int, stream: Any = None) -> float:
+    """Seconds per call of ``fn()`` run ``iterations`` times back to back on ``stream`` (a CuPy
+    stream; None: the current one), timed with CUDA events: the work queued, not the launches."""
+    from ust.runtime.xp import import_cupy
+
+    cupy = import_cupy()
+    s = stream if stream is not None else cupy.cuda.get_current_stream()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(s)
+    for _ in range(iterations):
+        fn()
+    stop.record(s)
+    stop.synchronize()
+    return float(cupy.cuda.get_elapsed_time(start, stop)) / 1e3 / iterations

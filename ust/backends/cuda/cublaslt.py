@@ -989,14 +989,13 @@ class GpuMatmul:
         except (UnsupportedError, CublasLtError) as exc:
             _log.debug("candidate %d fails on these operands: %s", index, exc)
             return float("inf")
-        s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.get_current_stream()
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(s)
-        for _ in range(iterations):
-            self.execute(alpha, beta, stream, index=index, d=d)
-        stop.record(s)
-        stop.synchronize()
-        return float(cp.cuda.get_elapsed_time(start, stop)) / iterations
+        from ust.runtime.streams import gpu_seconds_per_call
+
+        def call() -> Any:
+            return self.execute(alpha, beta, stream, index=index, d=d)
+
+        s = cp.cuda.ExternalStream(stream) if stream else None
+        return 1e3 * gpu_seconds_per_call(call, iterations, s)
 
     def autotune(
         self,

@@ -300,14 +300,16 @@ def numba_ltoir(
     else:
         sig = types.void(ptr, types.uint64, data, info, ptr)
 
+    name = callback_symbol(symbol, phase, value_dtype)  # the C++ name cuFFT resolves for ``symbol``
+
     def build() -> bytes:
         try:
             ltoir, _ = cuda.compile(
                 fn,
                 sig,
                 device=True,
-                abi="c",  # under the C++ name cuFFT resolves for ``symbol``
-                abi_info={"abi_name": callback_symbol(symbol, phase, value_dtype)},
+                abi="c",
+                abi_info={"abi_name": name},
                 output="ltoir",
                 cc=(int(arch[:-1]), int(arch[-1])),
             )
@@ -325,7 +327,6 @@ def numba_ltoir(
 
     import numba
 
-    name = callback_symbol(symbol, phase, value_dtype)
     parts = (phase, value_dtype, info_dtype, name, arch, numba.__version__, str(cufft_version()))
     disk = _numba_disk_key(fn, parts)
     if disk is None:
