@@ -884,13 +884,26 @@ def lower_compute(
             mark_dtype,
             ("bound", "fill"),
             True,
+            crd_dtype,
         )
         if ck is not None:
             return ck
         assembly = "two-pass"
     passes: tuple[str, ...] = ("count", "fill") if output == "sparse" else ("main",)
     ck = _lower_passes(
-        expr, operands, order, output, semiring, value_dtype, mode, atomic, name, mark_dtype, passes, False
+        expr,
+        operands,
+        order,
+        output,
+        semiring,
+        value_dtype,
+        mode,
+        atomic,
+        name,
+        mark_dtype,
+        passes,
+        False,
+        crd_dtype,
     )
     assert ck is not None
     return ck
@@ -917,7 +930,18 @@ def _lower_passes(
     low: _Lowerer | None = None
     for p in passes:
         low = _Lowerer(
-            expr, operands, order, output, semiring, value_dtype, mode, p, atomic, mark_dtype, blocks
+            expr,
+            operands,
+            order,
+            output,
+            semiring,
+            value_dtype,
+            mode,
+            p,
+            atomic,
+            mark_dtype,
+            blocks,
+            crd_dtype,
         )
         kernels.append(low.kernel(f"{name}_{p}"))
         if low.blocks and not low.used_blocks:
