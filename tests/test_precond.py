@@ -416,7 +416,9 @@ def test_amg_build_is_deterministic_and_leaves_numpys_generator_alone() -> None:
 def test_amg_without_pyamg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyamg", None)
     with pytest.raises(BackendUnavailableError, match=r'pip install "ust\[amg\]"'):
-        build_preconditioner("amg", ust.asarray(poisson2d(5)))
+        build_preconditioner("amg", ust.asarray(poisson2d(5)), options={"setup": "pyamg"})
+    # setup="auto" (the default) builds the hierarchy itself when pyamg is missing
+    assert build_preconditioner("amg", ust.asarray(poisson2d(5))).setup == "device"
 
 
 # ----------------------------------------------------------------------------- effect on CG

@@ -836,6 +836,13 @@ def _rho_dinv_a(A: Any, d: np.ndarray, hermitian: bool, steps: int, seed: int) -
     )
 
 
+def _host_csr(M: Any) -> Any:
+    """A scipy ``csr_array`` copy on the host of a scipy or cupyx CSR matrix."""
+    import scipy.sparse as sp
+
+    return sp.csr_array(M.get() if _xp.is_cupy(M.data) else M)
+
+
 def _import_pyamg() -> Any:
     try:
         import pyamg
@@ -847,9 +854,50 @@ def _import_pyamg() -> Any:
     return pyamg
 
 
+@dataclass
+class _Built:
+    """One level of a built hierarchy, before the V-cycle's operators are made: A, P, R as CSR
+    matrices (scipy on the host for pyamg; scipy or cupyx on A's device for the device setup)
+    and, where the setup estimated it, ``rho(D^-1 A)``."""
+
+    A: Any
+    P: Any | None
+    R: Any | None
+    rho: float | None
+
+
+#: ``options["setup"]``: who builds the hierarchy.
+AMG_SETUPS: tuple[str, ...] = ("auto", "device", "pyamg")
+
+
+def _has_pyamg() -> bool:
+    try:
+        _import_pyamg()
+    except BackendUnavailableError:
+        return False
+    return True
+
+
+def _amg_setup(o: Mapping[str, Any], device: str) -> str:
+    """``"device"`` or ``"pyamg"`` from ``options["setup"]``: "auto" is pyamg where pyamg's own
+    options are given, the device setup on a GPU or without pyamg, pyamg otherwise."""
+    mode = o.get("setup", "auto")
+    if mode not in AMG_SETUPS:
+        raise InvalidValueError(f"setup must be one of {', '.join(map(repr, AMG_SETUPS))}, got {mode!r}")
+    if mode == "device" and o.get("pyamg"):
+        raise InvalidValueError("options['pyamg'] configures setup='pyamg' only, not the device setup")
+    if mode != "auto":
+        return str(mode)
+    if o.get("pyamg"):
+        return "pyamg"
+    return "device" if device != "cpu" or not _has_pyamg() else "pyamg"
+
+
 class _AMG(_Base):
-    """Smoothed-aggregation AMG: pyamg builds the hierarchy on the host; the V-cycle runs on A's
-    device with ust SpMVs (A, P, R of every level as CSR Tensors, each planned once).
+    """Smoothed-aggregation AMG: the hierarchy is built by ust's array programs on A's device
+    (:mod:`ust.algebra.aggregation`: MIS-2 aggregation, SpGEMM Galerkin products) or by pyamg
+    on the host (``options["setup"]``); the V-cycle runs on A's device with ust SpMVs (A, P, R
+    of every level as CSR Tensors, each planned once).
 
     Smoothing: weighted Jacobi, ``omega`` (default ``4/3 / rho(D^-1 A)`` per level, rho from a
     fixed-seed Lanczos estimate), ``sweeps`` before and after; or ``smoother="chebyshev"``
@@ -861,10 +909,9 @@ class _AMG(_Base):
     name = "amg"
 
     def __init__(self, c: _Csr, t: Any, o: Mapping[str, Any]) -> None:
-        super().__init__(c)
-        pyamg = _import_pyamg()
-        import scipy.sparse as sp
+        import time
 
+        super().__init__(c)
         self.smoother = o.get("smoother", "jacobi")
         if self.smoother not in ("jacobi", "chebyshev"):
             raise InvalidValueError(f"smoother must be 'jacobi' or 'chebyshev', got {self.smoother!r}")
@@ -874,6 +921,36 @@ class _AMG(_Base):
         omega = None if omega is None else _positive_float(omega, "omega")
         steps = _positive_int(o.get("steps", 20), "steps")
         seed = int(o.get("seed", 0))
+        self.setup = _amg_setup(o, self.device)
+        t0 = time.perf_counter()
+        built, hermitian = (self._pyamg_levels if self.setup == "pyamg" else self._device_levels)(
+            c, o, steps, seed
+        )
+        self.setup_seconds = time.perf_counter() - t0
+        self.operator_complexity = sum(int(b.A.nnz) for b in built) / max(int(built[0].A.nnz), 1)
+        self.levels: list[_Level] = []
+        for k, b in enumerate(built):
+            if k == len(built) - 1:  # the coarsest level (the whole matrix, for a one-level hierarchy)
+                Ah = _host_csr(b.A) if k else c.host()
+                self._coarse_setup(Ah.astype(self.dtype), o)
+                self.levels.append(_Level(None, None, None, None, 0.0, None, Ah.shape[0], int(b.A.nnz)))
+                break
+            A_op = _Product(t) if k == 0 else self._device_op(b.A)
+            invd, w, cheb = self._smoother_setup(k, b, omega, hermitian, steps, seed)
+            self.levels.append(
+                _Level(
+                    A_op, self._device_op(b.P), self._device_op(b.R), invd, w, cheb, int(b.A.shape[0]),
+                    int(b.A.nnz),
+                )
+            )  # fmt: skip
+
+    def _pyamg_levels(
+        self, c: _Csr, o: Mapping[str, Any], steps: int, seed: int
+    ) -> tuple[list[_Built], bool]:
+        """pyamg's hierarchy, built on the host from A's nonzeros (its levels in A's dtype)."""
+        pyamg = _import_pyamg()
+        import scipy.sparse as sp
+
         extra = dict(o.get("pyamg") or {})
         clash = sorted({"max_coarse", "max_levels", "presmoother", "postsmoother"} & set(extra))
         if clash:
@@ -895,50 +972,63 @@ class _AMG(_Base):
         finally:
             np.random.set_state(state)
         self.hierarchy = ml
-        self.operator_complexity = float(ml.operator_complexity())
         hermitian = extra.get("symmetry", "hermitian") != "nonsymmetric"
-        self.levels: list[_Level] = []
-        last = len(ml.levels) - 1
+        built = []
         for k, lvl in enumerate(ml.levels):
-            Ah = host if k == 0 else sp.csr_array(lvl.A.tocsr()).astype(self.dtype)
-            if k == last:  # the coarsest level (the whole matrix, for a one-level hierarchy)
-                self._coarse_setup(Ah, o)
-                self.levels.append(_Level(None, None, None, None, 0.0, None, Ah.shape[0], int(Ah.nnz)))
-                break
-            d = Ah.diagonal()
-            w, cheb, invd = 0.0, None, None
-            if self.smoother == "jacobi":
-                if np.any(d == 0):
-                    raise InvalidValueError(
-                        f"AMG level {k} has a zero diagonal entry: Jacobi smoothing cannot be used there "
-                        "(try options['smoother'] = 'chebyshev', or 'ilu0')"
-                    )
-                invd = self.xp.asarray(1 / d)
-                w = omega if omega is not None else (4.0 / 3.0) / _rho_dinv_a(Ah, d, hermitian, steps, seed)
-            else:
-                rho = _spectral_estimate(
-                    Ah.__matmul__, Ah.shape[0], Ah.dtype, np, steps=steps, seed=seed, hermitian=hermitian
-                )
-                cheb = (rho / 30.0, 1.1 * rho)
-            self.levels.append(
-                _Level(
-                    _Product(t) if k == 0 else self._device_op(Ah),
-                    self._device_op(sp.csr_array(lvl.P.tocsr())),
-                    self._device_op(sp.csr_array(lvl.R.tocsr())),
-                    invd,
-                    w,
-                    cheb,
-                    Ah.shape[0],
-                    int(Ah.nnz),
-                )
+            A = host if k == 0 else sp.csr_array(lvl.A.tocsr()).astype(self.dtype)
+            last = k == len(ml.levels) - 1
+            P = None if last else sp.csr_array(lvl.P.tocsr())
+            R = None if last else sp.csr_array(lvl.R.tocsr())
+            built.append(_Built(A, P, R, None))
+        return built, hermitian
+
+    def _device_levels(
+        self, c: _Csr, o: Mapping[str, Any], steps: int, seed: int
+    ) -> tuple[list[_Built], bool]:
+        """ust's SA hierarchy, built by array programs on A's device (NumPy / SciPy on the CPU,
+        CuPy / cuSPARSE on a GPU): no level goes through the host."""
+        from ust.algebra import aggregation
+
+        A = aggregation.without_zeros(aggregation.as_csr(c.xp, c.values, c.indices, c.indptr, (c.n, c.n)))
+        max_levels = o.get("max_levels")
+        h = aggregation.smoothed_aggregation(
+            A,
+            max_coarse=_positive_int(o.get("max_coarse", 500), "max_coarse"),
+            max_levels=10 if max_levels is None else _positive_int(max_levels, "max_levels"),
+            seed=seed,
+            steps=steps,
+        )
+        self.hierarchy = h
+        return [_Built(lv.A, lv.P, lv.R, lv.rho) for lv in h.levels], h.hermitian
+
+    def _smoother_setup(
+        self, k: int, b: _Built, omega: float | None, hermitian: bool, steps: int, seed: int
+    ) -> tuple[Any, float, tuple[float, float] | None]:
+        """``(1/diag, omega, None)`` for Jacobi, ``(None, 0, bounds)`` for Chebyshev, on level k."""
+        xp = _xp.namespace(b.A.data)
+        if self.smoother == "chebyshev":
+            rho = _spectral_estimate(
+                b.A.__matmul__, int(b.A.shape[0]), np.dtype(b.A.dtype), xp, steps=steps, seed=seed,
+                hermitian=hermitian,
+            )  # fmt: skip
+            return None, 0.0, (rho / 30.0, 1.1 * rho)
+        d = b.A.diagonal()
+        if bool((d == 0).any()):
+            raise InvalidValueError(
+                f"AMG level {k} has a zero diagonal entry: Jacobi smoothing cannot be used there "
+                "(try options['smoother'] = 'chebyshev', or 'ilu0')"
             )
+        if omega is None:
+            rho = b.rho if b.rho is not None else _rho_dinv_a(b.A, d, hermitian, steps, seed)
+            omega = (4.0 / 3.0) / rho
+        return self.xp.asarray(1 / d), omega, None
 
     def _device_op(self, M: Any) -> Callable[[Any], Any]:
         """``M @ x`` through the planner's SpMV, on A's device (planned once, reused)."""
         from ust.convert import asarray
 
-        T = asarray(M.astype(self.dtype))  # pyamg may widen: every level in A's dtype
-        if self.device != "cpu":
+        T = asarray(M if M.dtype == self.dtype else M.astype(self.dtype))  # every level in A's dtype
+        if T.device != self.device:
             T = T.to(self.device)
         return _Product(T)
 
@@ -1023,8 +1113,13 @@ class _AMG(_Base):
             smooth = f"weighted-Jacobi smoothing, {self.sweeps} sweep(s) before and after"
         else:
             smooth = f"Chebyshev smoothing (degree {self.degree}), {self.sweeps} sweep(s) before and after"
+        built = (
+            "hierarchy built by pyamg on the host"
+            if self.setup == "pyamg"
+            else f"hierarchy built on {self.device} by ust's array programs (MIS-2 aggregation)"
+        )
         return (
-            f"smoothed-aggregation AMG, {len(self.levels)} levels, operator complexity "
+            f"smoothed-aggregation AMG, {built}, {len(self.levels)} levels, operator complexity "
             f"{self.operator_complexity:.2f}, {self.coarse_text}; {smooth}"
         )
 
@@ -1116,7 +1211,7 @@ class _Identity(_Base):
 
 _AMG_OPTIONS = (
     "max_coarse", "max_levels", "smoother", "sweeps", "omega", "degree", "steps", "seed", "coarse_solver",
-    "dense_limit", "pyamg",
+    "dense_limit", "pyamg", "setup",
 )  # fmt: skip
 _OPTIONS: dict[str, frozenset[str]] = {
     "jacobi": frozenset(),

@@ -35,7 +35,9 @@ __all__ = [
     "is_cupy",
     "namespace",
     "require_device",
+    "scatter_max",
     "segment_sum",
+    "sparse_module",
     "stable_order",
     "to_host",
 ]
@@ -146,6 +148,26 @@ def device_of(a: Any) -> str:
 def to_host(a: Any) -> np.ndarray:
     """A NumPy array (a device-to-host copy for CuPy arrays, no copy for NumPy ones)."""
     return a.get() if is_cupy(a) else np.asarray(a)
+
+
+def sparse_module(xp: ModuleType) -> ModuleType:
+    """``scipy.sparse`` for NumPy, ``cupyx.scipy.sparse`` for CuPy: the sparse module whose CSR
+    matrices (construction, ``@``, ``.T``, ``.tocsr()``, ``.diagonal()``) live beside ``xp``'s arrays."""
+    if xp is np:
+        import scipy.sparse
+
+        return scipy.sparse
+    return import_cupy("cupyx.scipy.sparse")
+
+
+def scatter_max(xp: ModuleType, target: Any, index: Any, values: Any) -> None:
+    """``target[index] = max(target[index], values)`` in place, repeated indices combined:
+    ``np.maximum.at`` on NumPy, ``cupyx.scatter_max`` (atomic max) on CuPy, which takes int32,
+    uint32, uint64, float32 and float64 values."""
+    if xp is np:
+        np.maximum.at(target, index, values)
+    else:
+        import_cupy("cupyx").scatter_max(target, index, values)
 
 
 def as_index(a: Any, dtype: Any) -> Any:
