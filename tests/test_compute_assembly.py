@@ -1,5 +1,6 @@
-"""How the compiler assembles a sparse result on the CPU: one numeric pass (bound, fill blocks,
-close the gaps) and its fallback to two passes; both give SciPy's canonical buffers."""
+"""How the compiler assembles a sparse result on the CPU: one numeric pass (bound, blocks of rows
+placed back to back in order, through the threads' arenas when a block's place is not known at
+its start) and its fallback to two passes; both give SciPy's canonical buffers."""
 
 from __future__ import annotations
 
@@ -64,3 +65,55 @@ def test_summed_index_walks_each_term_alone() -> None:
     assert "two-pointer merge" not in c.explain()
     c.plan()
     np.testing.assert_allclose(c.execute(), A @ x + B @ z, rtol=1e-12)
+
+
+def _exactly(t: ust.Tensor, ref: sp.csr_array) -> None:
+    assert np.array_equal(t.pos(1), ref.indptr)
+    assert np.array_equal(t.crd(1), ref.indices)
+    assert np.array_equal(t.values, ref.data)
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_many_small_blocks_placed_in_order(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Blocks of a few products each: most are written into an arena and copied to their place
+    later; the result is SciPy's, bit for bit (the same order of summation in every row)."""
+    monkeypatch.setattr(cpu_threads, "THREADS", threads)
+    monkeypatch.setattr(compute_exec, "BLOCK_WORK", 8)
+    A = sp.random_array((500, 400), density=0.03, random_state=11, format="csr")
+    B = sp.random_array((400, 450), density=0.03, random_state=12, format="lil")
+    B[3] = 1.0  # a dense row of B: rows of A that meet it touch the whole workspace
+    B = sp.csr_array(B)
+    c = ust.Compute(SPGEMM, A=A, B=B)
+    c.plan()
+    assert c._plan_obj is not None and c._plan_obj.ck.assembly == "blocks"
+    ref = _canonical(A @ B)
+    for _ in range(3):  # placement state is fresh every call
+        _exactly(c.execute(), ref)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_blocks_under_a_semiring_and_a_rank3_result(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """The placement is the assembly's, not SpGEMM's: min-plus products and a 3-D result (two
+    coordinate arrays placed with the values) through many blocks."""
+    monkeypatch.setattr(cpu_threads, "THREADS", threads)
+    monkeypatch.setattr(compute_exec, "BLOCK_WORK", 4)
+    A = sp.random_array((120, 90), density=0.08, random_state=13, format="csr")
+    B = sp.random_array((90, 110), density=0.08, random_state=14, format="csr")
+    m = ust.Compute(SPGEMM, A=A, B=B, semiring="min_plus")
+    m.plan()
+    assert m._plan_obj is not None and m._plan_obj.ck.assembly == "blocks"
+    Ad, Bd = A.toarray(), B.toarray()
+    sa, sb = Ad != 0, Bd != 0
+    want = np.where(sa[:, :, None] & sb[None, :, :], Ad[:, :, None] + Bd[None, :, :], np.inf).min(axis=1)
+    got = m.execute()
+    assert np.array_equal(got.to_scipy().toarray(), np.where(np.isinf(want), 0.0, want))
+    assert got.nnz == int(np.isfinite(want).sum())
+    rng = np.random.default_rng(15)
+    X = np.where(rng.random((30, 20, 10)) < 0.2, rng.integers(-3, 4, (30, 20, 10)), 0).astype(float)
+    x = ust.asarray(X, format="(i, j, k) -> (i : dense, j : compressed, k : compressed)")
+    Y = np.where(rng.random((10, 12)) < 0.4, rng.integers(-2, 3, (10, 12)), 0).astype(float)
+    r = ust.Compute("R(i,j,l) = X(i,j,k) * Y(k,l)", X=x, Y=sp.csr_array(Y))
+    r.plan()
+    assert r._plan_obj is not None and r._plan_obj.ck.assembly == "blocks"
+    assert len(r._plan_obj.ck.prefix) + len(r._plan_obj.ck.rest) == 3  # two coordinate arrays
+    assert np.array_equal(r.execute().todense(), np.einsum("ijk,kl->ijl", X, Y))

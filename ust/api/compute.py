@@ -1095,8 +1095,8 @@ class Compute(StatefulOperation):
             else:
                 lines.append("workspace: none (each outer coordinate's entries come out in order)")
             lines.append(
-                "assembly: a bound pass counts each row's products, threads fill blocks of rows of about equal "
-                "bound back to back, the gaps between blocks are closed (one numeric pass)"
+                "assembly: a bound pass counts each row's products, threads fill blocks of rows in order, each "
+                "written at its place when known, else kept in the thread's arena until it is (one numeric pass)"
                 if p.ck.assembly == "blocks"
                 else "assembly: a symbolic pass counts each row's entries, a prefix sum, a numeric pass fills crd "
                 "and values"

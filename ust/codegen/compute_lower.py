@@ -116,7 +116,7 @@ class ComputeKernels:
     #: the outer loop runs over an output index: no two iterations write the same output
     owned: bool = True
     mode: str = "workspace"
-    #: "two-pass" (count, then fill at exact offsets) or "blocks" (bound, fill blocks, close gaps)
+    #: "two-pass" (count, then fill at exact offsets) or "blocks" (bound, fill blocks placed in order)
     assembly: str = "two-pass"
     #: per-variable co-iteration strategy, for explain
     strategies: tuple[tuple[str, str], ...] = ()
@@ -507,13 +507,15 @@ class _Lowerer:
             self.parallel = self.parallel or par
         elif top and self.blocks and not iters:
             # rows in blocks: one parallel iteration per block, its rows written back to back
+            # from 0 into the block's own window of the outputs (the emitter places the windows
+            # one after another in block order; ``wp`` ends as the block's length)
             rows = Loop(
                 c.name,
                 Load("o_blk", Var("b")),
                 Load("o_blk", _add(Var("b"), _ic(1))),
                 block(*pre, *inner, *post),
             )
-            body = block(Decl("wp", Load("o_bstart", Var("b")), "index"), rows)
+            body = block(Decl("wp", _ic(0), "index"), rows)
             loop_stmt = [Loop("b", _ic(0), Var("NB"), body, parallel=True, tag="blocks")]
             self.parallel = True
             self.used_blocks = True
@@ -773,7 +775,8 @@ class _Lowerer:
                 ps += [
                     Param("NB", "iscalar"),
                     Param("o_blk", "ibuf", "int64"),
-                    Param("o_bstart", "ibuf", "int64"),
+                    Param("o_bound", "ibuf", "int64"),
+                    Param("o_sched", "ibuf", "int64", const=False),
                     Param("o_cnt", "ibuf", "int64", const=False),
                 ]
             else:
@@ -860,9 +863,10 @@ def lower_compute(
     the caller after a sort; ``mark_dtype``: the workspace markers' dtype, int32 where the
     outer coordinates fit, halving the randomly accessed bytes; ``blocks``: assemble a sparse
     workspace result in one numeric pass -- a bound pass counts products (an innermost segment
-    by its length), every thread fills whole blocks of rows back to back, the host closes the
-    gaps between blocks -- where the outer loop is a counted one); for dense outputs "partials" (a thread-private output when
-    the outer loop does not own its rows) or "workspace" (owned or serial).  ``atomic``:
+    by its length), every block of rows is filled from 0 into its own window of the outputs and
+    the emitter places the windows back to back in block order -- where the outer loop is a
+    counted one; ``crd_dtype``: the result's coordinate dtype); for dense outputs "partials" (a
+    thread-private output when the outer loop does not own its rows) or "workspace" (owned or serial).  ``atomic``:
     the target combines shared outputs atomically (the GPU).
     """
     for o in operands:

@@ -7,7 +7,9 @@ kernels of :mod:`ust.codegen.compute_lower` through a target's ``launch(kernel, 
   thread accumulated into its own copy (``partials``), the copies are combined with the
   semiring's add;
 * sparse outputs: the count pass, a prefix sum, the fill pass; in ``expand`` mode the entries of
-  a row are then sorted and runs of one coordinate combined with the semiring's add.
+  a row are then sorted and runs of one coordinate combined with the semiring's add;
+* sparse outputs on the CPU (``blocks``): the bound pass, the outputs reserved at the bound, the
+  rows cut into blocks, one fill pass that places the blocks back to back, a trim in place.
 
 The result is plain buffers (:class:`ComputeResult`); the API layer makes the Tensor.
 """
@@ -34,6 +36,9 @@ WORKSPACE_LIMIT = 1 << 28
 #: (None: half of the memory :func:`ust.tensor.limits.memory_limit` sees; the pages past the
 #: entries actually written are never touched).
 BOUND_LIMIT: int | None = None
+#: Products per block of rows of a one-pass assembly on several threads (the hand-written
+#: SpGEMM's chunk: a block's entries fit in a core's cache until they are copied to their place).
+BLOCK_WORK = 1 << 15
 
 
 def bound_limit(xp: Any) -> int:
@@ -187,16 +192,19 @@ def _workspace(
     }
 
 
-def _move_left(xp: Any, arr: Any, dst: int, src: int, n: int) -> None:
-    """``arr[dst:dst+n] = arr[src:src+n]`` for ``dst < src`` without a temporary (a forward
-    memmove; NumPy copies an overlapping source first)."""
-    if xp is np:
-        import ctypes
-
-        size = arr.itemsize
-        ctypes.memmove(arr.ctypes.data + dst * size, arr.ctypes.data + src * size, n * size)
-    else:
-        arr[dst : dst + n] = arr[src : src + n].copy()
+def _blocks(xp: Any, bpos: Any, outer: int, nthreads: int) -> Any:
+    """The first row of every block (and ``outer`` last): one block on one thread, otherwise
+    blocks of about :data:`BLOCK_WORK` products (fewer for a small product, at least 8 a thread)
+    -- taken in order by the threads, a block's entries stay in cache until its place is known."""
+    total = int(bpos[-1])
+    if nthreads <= 1 or total == 0:
+        return xp.asarray([0, outer], dtype=np.int64)
+    work = min(BLOCK_WORK, max(BLOCK_WORK >> 3, total // (8 * nthreads)))
+    nb = max(1, min(outer, -(-total // work)))
+    targets = xp.linspace(0, total, nb + 1)
+    blk = xp.searchsorted(bpos[1:], targets, side="left").astype(np.int64)
+    blk[0], blk[-1] = 0, outer
+    return xp.unique(xp.minimum(blk, outer))  # increasing; empty blocks dropped
 
 
 def _run_blocks(
@@ -210,10 +218,11 @@ def _run_blocks(
     nthreads: int,
     outer: int,
 ) -> ComputeResult | None:
-    """One numeric pass: products counted per row (an upper bound), rows cut into blocks of
-    about equal bound, each block filled back to back from its bound offset, the gaps between
-    blocks closed, the arrays trimmed in place.  None where the bound is too large to reserve
-    (the caller runs the two-pass kernels)."""
+    """One numeric pass: products counted per row (an upper bound), the outputs reserved at
+    the bound (pages past the written entries are never touched), rows cut into blocks that
+    the kernel places back to back in order, the arrays trimmed in place.  None where the
+    bound is too large to reserve, or a thread ran out of memory for its arena (the caller
+    runs the two-pass kernels)."""
     bound_k, fill_k = ck.kernels
     cnt = xp.zeros(outer, dtype=np.int64)
     launch(bound_k, {**base, "o_cnt": cnt})
@@ -221,18 +230,15 @@ def _run_blocks(
     xp.cumsum(cnt, out=bpos[1:])
     total = int(bpos[-1])
     nlev = len(ck.prefix) + len(ck.rest)
-    if total * (8 * (nlev - 1) + vdt.itemsize) > bound_limit(xp):
+    cdts = [np.dtype(fill_k.param(f"o_crd{n + 1}").dtype) for n in range(nlev - 1)]
+    if total * (sum(d.itemsize for d in cdts) + vdt.itemsize) > bound_limit(xp):
         return None
-    # one block per thread: the bound counts the products, which is the work, so equal bounds
-    # balance the threads, and only the blocks after the first move
-    nb = max(1, nthreads)
-    targets = xp.linspace(0, total, nb + 1)
-    blk = xp.searchsorted(bpos[1:], targets, side="left").astype(np.int64)
-    blk[0], blk[-1] = 0, outer
-    blk = xp.maximum.accumulate(xp.minimum(blk, outer))
-    bstart = bpos[blk[:-1]]
-    crd = [xp.empty(total, dtype=fill_k.param(f"o_crd{n + 1}").dtype) for n in range(nlev - 1)]
-    vals = xp.empty(total, dtype=vdt)
+    blk = _blocks(xp, bpos, outer, nthreads)
+    nb = int(blk.shape[0]) - 1
+    sched = xp.full(4 + 2 * nb, -1, dtype=np.int64)
+    sched[:4] = 0
+    crd = [xp.empty(max(total, 1), dtype=d) for d in cdts]
+    vals = xp.empty(max(total, 1), dtype=vdt)
     ws = _workspace(ck, fill_k, xp, extents, nthreads, vdt)
     launch(
         fill_k,
@@ -241,23 +247,18 @@ def _run_blocks(
             **ws,
             "NB": nb,
             "o_blk": blk,
-            "o_bstart": bstart,
+            "o_bound": bpos[blk],
+            "o_sched": sched,
             "o_cnt": cnt,
             **{f"o_crd{n + 1}": c for n, c in enumerate(crd)},
             "o_val": vals,
         },
     )
+    if int(sched[3]):
+        return None  # a thread's arena did not fit
     pos = xp.zeros(outer + 1, dtype=np.int64)
     xp.cumsum(cnt, out=pos[1:])
     nnz = int(pos[-1])
-    sizes = pos[blk[1:]] - pos[blk[:-1]]
-    dst = 0
-    for b in range(nb):  # one block per thread: close the gaps left by the bounds
-        n, src = int(sizes[b]), int(bstart[b])
-        if n and src != dst:
-            for arr in (*crd, vals):
-                _move_left(xp, arr, dst, src, n)
-        dst += n
     if xp is np:
         for arr in (*crd, vals):
             arr.resize(nnz, refcheck=False)  # in place: no copy of the entries
