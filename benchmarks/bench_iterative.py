@@ -1,13 +1,14 @@
 """Krylov solves through ust.linalg, side by side with SciPy / CuPy / pyamg in the same run.
 
 CPU (the CI machine's job): 3-D Poisson m^3 (default 60^3), rtol 1e-8: ust CG (CSR and DIA,
-no preconditioner, Jacobi, AMG) and GMRES against SciPy's cg / gmres and pyamg's own
-solver.  GPU: Poisson 200^3 (8 M rows): ust CG + AMG against cupyx's cg (plain and Jacobi), and
-the time per CG + Jacobi iteration with the matrix in DIA vs CSR vs cupyx.  Every row has the
-iterations, the final true relative residual and the seconds (setup included, and the solve
-phase alone).
+no preconditioner, Jacobi, AMG with the pyamg and the device setup) and GMRES against SciPy's
+cg / gmres and pyamg's own solver.  GPU: Poisson 200^3 (8 M rows): ust CG + AMG (hierarchy
+built on the GPU; pyamg's host setup with ``--pyamg-setup``) against cupyx's cg (plain and
+Jacobi), and the time per CG + Jacobi iteration with the matrix in DIA vs CSR vs cupyx.  Every
+row has the iterations, the final true relative residual and the seconds (setup included, the
+setup alone, and the solve phase alone).
 
-    python -m benchmarks.bench_iterative [--device cpu|cuda] [--m 60] [--write]
+    python -m benchmarks.bench_iterative [--device cpu|cuda] [--m 60] [--write] [--pyamg-setup]
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ from benchmarks.common import append_results, markdown, poisson3d
 RTOL = 1e-8
 
 
-def _row(
-    name: str, a: Any, b: Any, run: Callable[[], tuple[Any, int, float, int]], xp: Any
-) -> dict[str, Any]:
-    """Run ``run`` (-> x, iterations, solve seconds, info) twice: the first call as a user meets
-    it (kernels compiled, libraries loaded) and a second one; the totals include the setup
-    ``run`` does (its preconditioner, its operator)."""
+#: What a run returns: x, iterations, solve seconds, info, setup seconds (None: not separate).
+Run = Callable[[], tuple[Any, int, float, int, float | None]]
+
+
+def _row(name: str, a: Any, b: Any, run: Run, xp: Any) -> dict[str, Any]:
+    """Run ``run`` twice: the first call as a user meets it (kernels compiled, libraries loaded)
+    and a second one; the totals include the setup ``run`` does (its preconditioner, its
+    operator), which ust's and pyamg's rows also report alone."""
     totals = []
     for _ in range(2):
         t0 = time.perf_counter()
-        x, iters, solve_s, info = run()
+        x, iters, solve_s, info, setup_s = run()
         if xp is not np:
             xp.cuda.Device().synchronize()
         totals.append(time.perf_counter() - t0)
@@ -49,26 +52,29 @@ def _row(
         "converged": info == 0 and rel <= RTOL * 1.0001,
         "first call s": first,
         "total s": total,
+        "setup s": setup_s,
         "solve s": solve_s,
         "per iteration ms": 1e3 * solve_s / max(iters, 1),
     }
 
 
-def _ust(a: Any, b: Any, method: str, M: Any = None, **kw: Any) -> Callable[[], tuple[Any, int, float, int]]:
-    def run() -> tuple[Any, int, float, int]:
+def _ust(a: Any, b: Any, method: str, M: Any = None, setup: str | None = None, **kw: Any) -> Run:
+    """A ust solve; ``setup`` picks the AMG setup ("device" / "pyamg"; None: the default)."""
+    if setup is not None:
+        kw["options"] = {"preconditioner": {"setup": setup}}
+
+    def run() -> tuple[Any, int, float, int, float | None]:
         s = ust.linalg.IterativeSolver(a, method=method, M=M, rtol=RTOL, **kw)
         s.plan()
         x = s.solve(b)
         assert s.result is not None
-        return x, s.result.iterations, s.result.seconds, s.result.info
+        return x, s.result.iterations, s.result.seconds, s.result.info, s.result.setup_seconds
 
     return run
 
 
-def _scipy_like(
-    fn: Any, a: Any, b: Any, xp: Any, M: Any = None, **kw: Any
-) -> Callable[[], tuple[Any, int, float, int]]:
-    def run() -> tuple[Any, int, float, int]:
+def _scipy_like(fn: Any, a: Any, b: Any, xp: Any, M: Any = None, **kw: Any) -> Run:
+    def run() -> tuple[Any, int, float, int, float | None]:
         count = [0]
 
         def cb(_x: Any) -> None:
@@ -78,7 +84,7 @@ def _scipy_like(
         x, info = fn(a, b, rtol=RTOL, M=M, callback=cb, **kw)
         if xp is not np:
             xp.cuda.Device().synchronize()
-        return x, count[0], time.perf_counter() - t0, info
+        return x, count[0], time.perf_counter() - t0, info, None
 
     return run
 
@@ -108,6 +114,7 @@ def cpu(m: int) -> list[dict[str, Any]]:
         _row("ust cg (DIA)", a, b, _ust(dia, b, "cg"), np),
         _row("ust cg + jacobi (DIA)", a, b, _ust(dia, b, "cg", "jacobi"), np),
         _row("ust gmres(20) (CSR)", a, b, _ust(a, b, "gmres"), np),
+        _row("ust cg + amg (device setup)", a, b, _ust(a, b, "cg", "amg", setup="device"), np),
     ]
     try:
         import pyamg
@@ -115,18 +122,20 @@ def cpu(m: int) -> list[dict[str, Any]]:
         return rows
     rows.append(_row("ust cg + amg (CSR)", a, b, _ust(a, b, "cg", "amg"), np))
 
-    def pyamg_run() -> tuple[Any, int, float, int]:
+    def pyamg_run() -> tuple[Any, int, float, int, float | None]:
+        t0 = time.perf_counter()
         ml = pyamg.smoothed_aggregation_solver(sp.csr_matrix(a), max_coarse=500)
+        setup_s = time.perf_counter() - t0
         res: list[float] = []
         t0 = time.perf_counter()
         x = ml.solve(b, tol=RTOL, accel="cg", residuals=res, maxiter=500)
-        return x, len(res) - 1, time.perf_counter() - t0, 0
+        return x, len(res) - 1, time.perf_counter() - t0, 0, setup_s
 
     rows.append(_row("pyamg SA + cg (its own solve)", a, b, pyamg_run, np))
     return rows
 
 
-def gpu(m: int, amg: bool = True) -> list[dict[str, Any]]:
+def gpu(m: int, amg: bool = True, pyamg_setup: bool = False) -> list[dict[str, Any]]:
     import cupy as cp
     import cupyx.scipy.sparse as csp
     import cupyx.scipy.sparse.linalg as cspla
@@ -148,11 +157,14 @@ def gpu(m: int, amg: bool = True) -> list[dict[str, Any]]:
         _row("ust cg + jacobi (CSR)", ga, b, _ust(csr, b, "cg", "jacobi", maxiter=20000), cp),
         _row("ust cg + jacobi (DIA)", ga, b, _ust(dia, b, "cg", "jacobi", maxiter=20000), cp),
     ]
-    if amg:
+    if amg:  # setup "auto" on a GPU: the hierarchy is built on the device
         rows += [
             _row("ust cg + amg (DIA)", ga, b, _ust(dia, b, "cg", "amg"), cp),
             _row("ust cg + amg (CSR)", ga, b, _ust(csr, b, "cg", "amg"), cp),
+            _row("ust cg + amg (device setup)", ga, b, _ust(csr, b, "cg", "amg", setup="device"), cp),
         ]
+    if amg and pyamg_setup:
+        rows.append(_row("ust cg + amg (pyamg setup)", ga, b, _ust(csr, b, "cg", "amg", setup="pyamg"), cp))
     return rows
 
 
@@ -207,6 +219,7 @@ COLUMNS = [
     "converged",
     "first call s",
     "total s",
+    "setup s",
     "solve s",
     "per iteration ms",
 ]
@@ -221,8 +234,11 @@ def main(argv: list[str] | None = None) -> None:
         "--mixed", type=int, default=0, help="also the mixed-precision direct solve of m^3 (0: skip)"
     )
     p.add_argument("--only-mixed", action="store_true", help="only the mixed-precision comparison")
+    p.add_argument("--skip-amg", action="store_true", help="GPU: leave out the AMG rows")
     p.add_argument(
-        "--skip-amg", action="store_true", help="GPU: leave out the AMG rows (their host setup is long)"
+        "--pyamg-setup",
+        action="store_true",
+        help="GPU: also an AMG row with pyamg's host setup (tens of seconds at 200^3)",
     )
     args = p.parse_args(argv)
     if args.mixed:
@@ -235,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.only_mixed:
             return
     m = args.m or (200 if args.device == "cuda" else 60)
-    rows = gpu(m, amg=not args.skip_amg) if args.device == "cuda" else cpu(m)
+    rows = gpu(m, amg=not args.skip_amg, pyamg_setup=args.pyamg_setup) if args.device == "cuda" else cpu(m)
     base = next(r for r in rows if r["solver"].startswith(("scipy cg", "cupyx cg")))
     for r in rows:
         r["vs baseline"] = base["total s"] / r["total s"]

@@ -313,3 +313,10 @@ def test_gmres_with_the_device_setup_on_convection_diffusion() -> None:
     p = build_preconditioner("amg", ust.asarray(C), options={"setup": "device"})
     op = sla.LinearOperator((900, 900), matvec=p.apply, dtype=np.float64)
     assert iterations(op) < iterations(None) / 3
+
+
+def test_module_doctest() -> None:
+    import doctest
+
+    result = doctest.testmod(ag, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

@@ -19,9 +19,11 @@ or entries, so the CPU and the GPU give the same result up to rounding.
 * ``chebyshev``: the Chebyshev polynomial of pyamg's smoother (interval
   ``[lambda_max/30, 1.1 lambda_max]``, lambda_max from Lanczos with a fixed seed), applied by
   the Chebyshev three-term recurrence: ``degree - 1`` SpMVs.
-* ``amg``: pyamg's smoothed-aggregation hierarchy (built on the host), whose V-cycle runs on
-  the matrix's device with ust SpMVs: weighted-Jacobi (or Chebyshev) smoothing, the coarsest
-  level solved directly.
+* ``amg``: a smoothed-aggregation hierarchy, built on the matrix's device by ust's array
+  programs (``options["setup"] = "device"``, :mod:`ust.algebra.aggregation`) or on the host by
+  pyamg (``"pyamg"``; ``"auto"``, the default, is the device setup on a GPU or without pyamg),
+  whose V-cycle runs on the matrix's device with ust SpMVs: weighted-Jacobi (or Chebyshev)
+  smoothing, the coarsest level solved directly.
 * a user operator (LinearOperator, Tensor, sparse or dense matrix, callable): ``M @ r``, M
   approximating ``A^-1`` (SciPy's convention).
 """
