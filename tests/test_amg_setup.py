@@ -174,6 +174,8 @@ def test_levels_stop_at_max_coarse_and_max_levels() -> None:
     assert len(ag.smoothed_aggregation(A, max_coarse=1, max_levels=2).levels) == 2
     assert len(ag.smoothed_aggregation(A, max_coarse=2000).levels) == 1
     assert 1.0 < h.operator_complexity() < 2.0 and 1.0 < h.grid_complexity() < 1.5
+    phases = {"strength", "aggregation", "spectral radius", "prolongator", "galerkin"}
+    assert all(set(lv.seconds) == phases for lv in h.levels[:-1]) and h.levels[-1].seconds == {}
     # a diagonal matrix does not coarsen: one level
     assert len(ag.smoothed_aggregation(csr(sp.csr_array(sp.eye_array(900))), max_coarse=10).levels) == 1
     with pytest.raises(ShapeError):

@@ -45,8 +45,9 @@ Array functions relied on (all present in NumPy and CuPy): ``arange``, ``zeros``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -86,7 +87,8 @@ _GOLDEN = 0x9E3779B9
 @dataclass(frozen=True)
 class Level:
     """One level: its operator A (CSR of the sparse module), and unless coarsest, P, R, the
-    aggregate of every row (-1: none) and the ``rho(D^-1 A)`` estimate used to smooth P."""
+    aggregate of every row (-1: none), the ``rho(D^-1 A)`` estimate used to smooth P, the MIS
+    rounds and the seconds of each phase that built P, R and the next A (see :class:`_Clock`)."""
 
     A: Any
     P: Any | None = None
@@ -94,6 +96,7 @@ class Level:
     aggregates: Any | None = None
     rho: float | None = None
     rounds: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -389,16 +392,37 @@ def _coarsen(
     """One level below ``A``: ``(level, A_c, B_c)``, or None where aggregation does not coarsen."""
     xp = _xp.namespace(A.data)
     n = int(A.shape[0])
+    clock = _Clock()
     src, dst = strength(A, theta)
+    clock.lap("strength")
     agg, nagg, rounds = aggregate(xp, n, src, dst, seed=seed, max_rounds=max_rounds)
+    clock.lap("aggregation")
     if nagg == 0 or nagg >= n:
         return None
     rho = spectral_radius(A, hermitian=hermitian, steps=steps, seed=seed)
+    clock.lap("spectral radius")
     T, Bc = tentative(agg, nagg, B, A.dtype)
     weight = omega / rho if np.isfinite(rho) and rho > 0 else 0.0
     P = smooth_prolongator(A, T, _inverse_diagonal(A.diagonal()), weight)
+    clock.lap("prolongator")
     R, Ac = galerkin(A, P)
-    return Level(A, P, R, agg, rho, rounds), Ac, Bc
+    clock.lap("galerkin")
+    return Level(A, P, R, agg, rho, rounds, clock.seconds), Ac, Bc
+
+
+class _Clock:
+    """Seconds per phase of one level.  Each phase ends where the host already waits for the
+    device (a count, a size or a scalar read back: mask compaction, ``int(nagg)``, the Lanczos
+    scalars, SpGEMM's output size), so on a GPU too the split says where the time went."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = now - self.start
+        self.start = now
 
 
 def smoothed_aggregation(
