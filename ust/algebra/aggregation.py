@@ -232,23 +232,46 @@ def mis2(
     used.  Key = (state, priority); per round the largest key within distance two (two
     :func:`_spread` passes) decides: an undecided node holding it becomes a root, one that sees
     a root goes out.  Nodes without edges never take part; nodes still undecided after
-    ``max_rounds`` become roots."""
+    ``max_rounds`` become roots.  Whenever the undecided nodes have halved, the passes drop
+    the edges no undecided node reads (:func:`_live_edges`): the later rounds, which decide few
+    nodes, then cost little."""
     u64 = np.uint64
     isolated = xp.bincount(src, minlength=n)[:n] == 0
     state = xp.where(isolated, u64(_OUT), u64(_UNDECIDED)).astype(u64)
     key = (state << u64(32)) | prio.astype(u64)
-    rounds = 0
+    near = far = (src, dst)
+    rounds, last = 0, n
     for _ in range(max_rounds):
         undecided = (key >> u64(32)) == u64(_UNDECIDED)
-        if not bool(undecided.any()):
+        count = int(undecided.sum())
+        if count == 0:
             break
+        if 2 * count <= last:
+            near, far = _live_edges(xp, undecided, *far)
+            last = count
         rounds += 1
-        top = _spread(xp, _spread(xp, key, src, dst), src, dst)
+        top = _spread(xp, _spread(xp, key, *far), *near)
         root = undecided & (top == key)
         out = undecided & ((top >> u64(32)) == u64(_ROOT))
         key = xp.where(root, key + u64(1 << 32), xp.where(out, key & u64(_LOW), key))
     state = key >> u64(32)
     return (state == u64(_ROOT)) | (state == u64(_UNDECIDED)), rounds
+
+
+def _live_edges(
+    xp: ModuleType, undecided: Any, src: Any, dst: Any
+) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """The edges a round still reads: ``(near, far)``.  The second pass needs the edges leaving
+    undecided nodes (near); the first pass must be right at those nodes and their neighbours,
+    so it needs the edges leaving either (far).  The undecided set only shrinks, so edges
+    dropped now are never needed again."""
+    leaving = undecided[src]
+    reached = undecided.copy()
+    reached[dst[leaving]] = True
+    keep = reached[src]
+    fsrc, fdst = src[keep], dst[keep]
+    inner = undecided[fsrc]
+    return (fsrc[inner], fdst[inner]), (fsrc, fdst)
 
 
 def aggregate(
