@@ -32,15 +32,18 @@ two: larger than pyamg's greedy standard aggregation, hence a lower operator com
 often a few more iterations); R is always ``P^H`` (pyamg smooths R separately for
 ``symmetry="nonsymmetric"``); explicit zeros are never strong.
 
-Array functions relied on (all present in NumPy and CuPy): ``arange``, ``zeros``, ``ones``,
-``empty``, ``where``, ``abs``, ``sqrt``, ``cumsum``, ``bincount`` (with ``weights``,
-``minlength``), ``flatnonzero``, ``concatenate``, ``stack``, ``vdot``, ``linalg.norm``,
-``array_equal``, boolean-mask and integer-array indexing, ``astype``, bitwise ``>>`` / ``<<`` /
-``&`` / ``|`` / ``^`` on uint32 / uint64 (with wrapping uint32 multiply), ``any``, ``max``; from
-:mod:`ust.runtime.xp`: ``scatter_max`` (``np.maximum.at`` / ``cupyx.scatter_max`` on uint64),
-``expand_segments``, ``sparse_module``, ``to_host``.  Sparse-module calls:
-``csr_matrix((data, indices, indptr), shape=)``, ``A @ B`` (SpGEMM), ``A @ x`` (SpMV),
-``A - B``, ``.T``, ``.tocsr()``, ``.conj()``, ``.diagonal()``, ``.sort_indices()``.
+Array functions relied on (all present in NumPy and CuPy): ``arange``, ``zeros``,
+``zeros_like``, ``ones``, ``where``, ``abs``, ``sqrt``, ``cumsum``, ``bincount`` (with
+``weights`` and ``minlength``), ``stack``, ``vdot``, ``linalg.norm``, ``array_equal``, dense
+``@`` (Arnoldi's Gram-Schmidt), boolean-mask indexing, integer gathers, scatter assignment
+(``a[idx] = True``, ``a[1:] = ...``), ``astype``, ``copy``, ``.real``, ``.conj()``, ``.all()``,
+``.any()``, ``.sum()``, ``.max()``, and bitwise ``>>`` / ``<<`` / ``&`` / ``|`` / ``^`` on uint32 /
+uint64 (with a wrapping uint32 multiply); from :mod:`ust.runtime.xp`: ``scatter_max``
+(``np.maximum.at`` / ``cupyx.scatter_max`` on uint64), ``expand_segments``, ``sparse_module``,
+``as_index``, ``to_host``.  Sparse-module calls: ``csr_matrix((data, indices, indptr),
+shape=)``, ``A @ B`` (SpGEMM), ``A @ x`` (SpMV), ``A - B``, ``.T``, ``.tocsr()``, ``.conj()``,
+``.diagonal()``, ``.sort_indices()``, ``.nnz``, ``.shape``, ``.dtype``, ``.data``,
+``.indices``, ``.indptr``.
 """
 
 from __future__ import annotations
