@@ -58,7 +58,8 @@ def test_dia_is_row_parallel_with_a_bounds_check_and_storage_dia_uses_the_column
     assert "for c1 in [max(0, c0), min(D1, c0 + D0)):" in storage  # offset o: max(0, o) .. min(n, m + o)
     main = storage.split("main:")[1]
     assert "if 0 <=" not in main  # no per-entry bounds check left
-    assert "if val[p1] != 0.0:" in main  # only the padding guard: empty slots never meet x
+    # only the padding guard: empty slots never meet x (a select: x is loaded with the value)
+    assert "acc = (ust_v != 0.0 ? acc + ust_v * ust_xv : acc)" in main
     assert "+=!" in storage  # diagonals overlap in rows: atomic
 
 

@@ -26,9 +26,9 @@ void ust_mv_DIA_outer_f64_i32_i32(
             if (0 <= i1 && i1 < D1) {
                 const int32_t c1 = i1;
                 const int32_t p1 = p0 * D1 + c1;
-                if (val[p1] != 0.0) {
-                    acc = acc + val[p1] * x[i1];
-                }
+                const double ust_v = val[p1];
+                const double ust_xv = x[i1];
+                acc = (ust_v != 0.0 ? acc + ust_v * ust_xv : acc);
             }
         }
         if (has_y0 != 0) {

@@ -54,9 +54,9 @@ extern "C" __global__ void __launch_bounds__(256) ust_mv_DIA_outer_f64_i32_i32_g
                 if (0 <= i1 && i1 < D1) {
                     const ust_i32 c1 = i1;
                     const ust_i32 p1 = p0 * D1 + c1;
-                    if (val[p1] != double{}) {
-                        acc = acc + val[p1] * x[i1];
-                    }
+                    const double ust_v = val[p1];
+                    const double ust_xv = x[i1];
+                    acc = (ust_v != double{} ? acc + ust_v * ust_xv : acc);
                 }
             }
             if (has_y0 != 0) {

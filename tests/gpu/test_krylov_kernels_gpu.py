@@ -162,6 +162,7 @@ def test_fused_cg_is_the_plain_cupy_recurrence(
     t = ust.asarray(a.tocsr(), format=fmt).to("cuda")
     gb = cp.asarray(b.astype(dtype))
     rtol = 1e-4 if dtype == "float32" else 1e-9
+    monkeypatch.setattr(krylov, "GRAPHED_GPU_CG", False)  # the eager fused loop (graphs: test_cg_graph_gpu)
     calls = _count_steps(monkeypatch)
     x_f, info_f, res_f = ust.linalg.cg(t, gb, rtol=rtol, M=M, maxiter=4000, return_result=True)
     assert len(calls) == res_f.iterations  # the fused path ran

@@ -29,13 +29,17 @@ import numpy as np
 
 from ust.runtime.xp import is_cupy
 
-__all__ = ["FUSED_GPU_CG", "METHODS", "KrylovOutcome", "run"]
+__all__ = ["FUSED_GPU_CG", "GRAPHED_GPU_CG", "METHODS", "KrylovOutcome", "run"]
 
 #: Whether CG on a GPU runs the fused vector kernels of :mod:`ust.backends.cuda.krylov_kernels`
 #: (five kernels per iteration besides the SpMV) rather than plain CuPy operations (about ten);
 #: the environment variable ``UST_KRYLOV_FUSED=0`` turns them off too.  Both run the same
 #: recurrence and agree to rounding.
 FUSED_GPU_CG = True
+#: Whether fused GPU CG replays each block of ``check_every`` iterations as one CUDA graph
+#: (:mod:`ust.api.cg_graph`) where nothing per iteration needs the host; ``UST_KRYLOV_GRAPHS=0``
+#: turns it off too.  Same iterates as the eager fused loop.
+GRAPHED_GPU_CG = True
 
 Vector = Any
 Op = Callable[[Vector], Vector]
@@ -187,6 +191,29 @@ def _jacobi_inverse(s: _Setup) -> Vector | None:
     return d
 
 
+def _graphed(s: _Setup, x0: Vector | None, ops: Any, dinv: Vector | None) -> KrylovOutcome | None:
+    """CG with each block of ``check_every`` iterations replayed as one CUDA graph
+    (:mod:`ust.api.cg_graph`), where nothing per iteration needs the host; else None."""
+    into = getattr(s.matvec, "into", None)
+    capturable = getattr(s.matvec, "capturable", None)
+    if (
+        not GRAPHED_GPU_CG
+        or os.environ.get("UST_KRYLOV_GRAPHS", "1").strip() == "0"
+        or into is None
+        or capturable is None
+        or s.callback is not None
+        or s.check_every < 2
+        or (s.psolve is not None and dinv is None)
+    ):
+        return None
+    into(s.b, s.xp.empty_like(s.b))  # plans the product for this vector (and binds its launch)
+    if not capturable(s.b):
+        return None
+    from ust.api.cg_graph import cg_graphed
+
+    return cg_graphed(s, x0, ops, dinv, into)
+
+
 def _cg_fused(s: _Setup, x0: Vector | None, ops: Any) -> KrylovOutcome:
     """:func:`_cg`'s recurrence on a GPU through fused kernels (``ops``): per iteration the SpMV,
     ``p^H q`` (two kernels), one pass that updates x and r, applies a Jacobi preconditioner and
@@ -194,12 +221,15 @@ def _cg_fused(s: _Setup, x0: Vector | None, ops: Any) -> KrylovOutcome:
     divided inside the kernels that use them; the convergence test reads ``r^H r`` (one host
     read every ``check_every`` iterations, as the unfused path reads its norm).  Another
     preconditioner runs after the fused update, and ``r^H z`` is then one more dot."""
+    dinv = _jacobi_inverse(s)
+    graphed = _graphed(s, x0, ops, dinv)
+    if graphed is not None:
+        return graphed
     x, r, rn = _start(s, x0)
     if rn <= s.tol:
         return KrylovOutcome(x, 0, 0, rn)
     good = x.copy()  # the last x whose residual was finite, refreshed at each test
     breakdown = "a non-finite CG scalar (p^H A p = 0?)"
-    dinv = _jacobi_inverse(s)
     general = s.psolve is not None and dinv is None  # a preconditioner the step cannot fuse
     zbuf = None if dinv is None else s.xp.empty_like(s.b)
 

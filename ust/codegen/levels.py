@@ -113,6 +113,9 @@ class LevelWalker:
     pads: ClassVar[bool] = False
     #: under a sparse level its slots are a block's zero fill (dense: BSR, BSC, CROW)
     pads_under_sparse: ClassVar[bool] = False
+    #: a padding slot's coordinate is computed or range-checked, never read from storage, so a
+    #: kernel may load the dense operand there before it knows the slot's value is zero
+    pad_coord_computed: ClassVar[bool] = True
 
     def __init__(self, k: int, level: Level) -> None:
         self.k = k
@@ -244,6 +247,7 @@ class SingletonWalker(LevelWalker):
 class StructuredWalker(LevelWalker):
     type_name = LevelFormat.STRUCTURED
     pads = True
+    pad_coord_computed = False  # a fill slot's coordinate is whatever its crd holds
 
     def iterate(self, q: Expr, load: Loader) -> Iteration:
         n = self.level.type.n

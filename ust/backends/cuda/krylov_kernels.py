@@ -36,7 +36,18 @@ import numpy as np
 
 from ust.runtime.log import get_logger
 
-__all__ = ["BLOCK", "DTYPES", "KERNEL_NAMES", "MAX_BLOCKS", "cg_step", "dot", "kernel_source", "xpby"]
+__all__ = [
+    "BLOCK",
+    "DTYPES",
+    "KERNEL_NAMES",
+    "MAX_BLOCKS",
+    "capture",
+    "cg_step",
+    "dot",
+    "kernel_source",
+    "workspace",
+    "xpby",
+]
 
 _log = get_logger("backends.cuda.krylov_kernels")
 
@@ -284,19 +295,46 @@ def _one(cp: Any, v: Any, dt: np.dtype, what: str) -> Any:
     return v if v.dtype == dt and v.flags.c_contiguous else cp.ascontiguousarray(v, dtype=dt)
 
 
-def _sums(cp: Any, fns: dict[str, Any], part: Any, nb: int, rows: int, dt: np.dtype) -> Any:
-    """The ``rows`` sums of ``part`` (``rows`` rows of ``nb`` partials), one block per row."""
-    if nb == 1:
+def _sums(cp: Any, fns: dict[str, Any], part: Any, nb: int, rows: int, dt: np.dtype, out: Any = None) -> Any:
+    """The ``rows`` sums of ``part`` (``rows`` rows of ``nb`` partials), one block per row, into
+    ``out`` when given (else a new array, or ``part`` itself when one block covered the vector)."""
+    if nb == 1 and (out is None or out.data.ptr == part.data.ptr):
         return part  # one block covered the vector: its partials are the sums
-    out = cp.empty(rows, dtype=dt)
+    if out is None:
+        out = cp.empty(rows, dtype=dt)
     fns["ust_krylov_sum_rows"]((rows,), (BLOCK,), (part, np.int64(nb), out))
     return out
 
 
-def dot(a: Any, b: Any) -> Any:
+def _buffer(cp: Any, given: Any, size: int, dt: np.dtype, what: str) -> Any:
+    """``given`` (a C-contiguous array of ``dt`` with at least ``size`` entries, used as flat
+    scratch) or a new array: callers that replay launches (a CUDA graph) pass their own."""
+    if given is None:
+        return cp.empty(size, dtype=dt)
+    if (
+        not isinstance(given, cp.ndarray)
+        or given.dtype != dt
+        or not given.flags.c_contiguous
+        or given.size < size
+    ):
+        raise ValueError(f"{what} must be a C-contiguous {dt} CuPy array of at least {size} entries")
+    return given.reshape(-1)[:size]
+
+
+def workspace(n: int, dtype: Any) -> Any:
+    """Scratch for :func:`dot` and :func:`cg_step` on vectors of ``n`` entries (their ``work=``):
+    allocated once by a caller that records the launches in a CUDA graph."""
+    from ust.backends.cuda.arrays import import_cupy
+
+    return import_cupy().empty(2 * _blocks(n), dtype=_dtype(dtype))
+
+
+def dot(a: Any, b: Any, *, out: Any = None, work: Any = None) -> Any:
     """``vdot(a, b)`` (``sum conj(a) b``) as a 0-d CuPy array, without waiting for the device.
 
-    Two kernels (one when a block covers the vector)."""
+    Two kernels (one when a block covers the vector).  ``out`` (a one-element array) receives
+    the sum and ``work`` (from :func:`workspace`) holds the partials: with both given nothing
+    is allocated, so the launches can be recorded in a CUDA graph."""
     from ust.backends.cuda.arrays import import_cupy
 
     cp = import_cupy()
@@ -308,13 +346,23 @@ def dot(a: Any, b: Any) -> Any:
         b = _vector(cp, b, dt, n, "b", written=False)
         fns = _functions(dt.name, dev)
         nb = _blocks(n)
-        part = cp.empty(nb, dtype=dt)
+        res = None if out is None else _buffer(cp, out, 1, dt, "out")
+        part = res if nb == 1 and res is not None else _buffer(cp, work, nb, dt, "work")
         fns["ust_krylov_dot"]((nb,), (BLOCK,), (a, b, np.int64(n), part))
-        return _sums(cp, fns, part, nb, 1, dt).reshape(())
+        return _sums(cp, fns, part, nb, 1, dt, res).reshape(())
 
 
 def cg_step(
-    x: Any, r: Any, p: Any, q: Any, alpha: Any, dinv: Any = None, *, out: Any = None
+    x: Any,
+    r: Any,
+    p: Any,
+    q: Any,
+    alpha: Any,
+    dinv: Any = None,
+    *,
+    out: Any = None,
+    sums: Any = None,
+    work: Any = None,
 ) -> tuple[Any, Any, Any]:
     """One CG update in one pass: ``x += alpha p``, ``r -= alpha q``, ``z = dinv r`` (``z`` is ``r``
     itself when ``dinv`` is None); returns ``(z, vdot(r, z), vdot(r, r).real)``, the two sums as
@@ -323,7 +371,9 @@ def cg_step(
     ``x`` and ``r`` (C-contiguous vectors of one dtype) are updated in place; ``alpha`` is a 0-d
     device array or a pair ``(num, den)`` of them (``alpha = num / den``, divided in the kernel);
     ``z`` is written into ``out`` when given (a C-contiguous vector like ``r``, not ``r``).  Two
-    kernels (one when a block covers the vector), no host synchronisation.
+    kernels (one when a block covers the vector), no host synchronisation.  ``sums`` (a
+    two-element array: ``r^H z``, ``r^H r``) and ``work`` (from :func:`workspace`) given,
+    nothing is allocated (the launches can be recorded in a CUDA graph).
     """
     from ust.backends.cuda.arrays import import_cupy
 
@@ -348,13 +398,31 @@ def cg_step(
         name = "ust_krylov_cg_step" + ("_jacobi" if jacobi else "") + ("_ratio" if ratio else "")
         fns = _functions(dt.name, dev)
         nb = _blocks(n)
-        part = cp.empty(2 * nb, dtype=dt)
+        res = None if sums is None else _buffer(cp, sums, 2, dt, "sums")
+        part = res if nb == 1 and res is not None else _buffer(cp, work, 2 * nb, dt, "work")
         # without dinv the kernel reads neither dinv nor z: p and r stand in for them
         args = (x, r, p, q, num, den, dinv if jacobi else p, z, np.int64(n), part)
         fns[name]((nb,), (BLOCK,), args)
-        sums = _sums(cp, fns, part, nb, 2, dt)
-    rr = sums[1, ...]  # 0-d views (an integer index would give a NumPy scalar there)
-    return z, sums[0, ...], (rr.real if dt.kind == "c" else rr)
+        got = _sums(cp, fns, part, nb, 2, dt, res)
+    rr = got[1, ...]  # 0-d views (an integer index would give a NumPy scalar there)
+    return z, got[0, ...], (rr.real if dt.kind == "c" else rr)
+
+
+def capture(body: Any) -> Any:
+    """``body()``'s launches recorded as a CUDA graph (nothing runs now); ``graph.launch()``
+    replays them on the current stream.  The body must allocate nothing and never wait for
+    the device (every buffer made beforehand): an error inside ends the capture and is raised."""
+    from ust.backends.cuda.arrays import import_cupy
+
+    cp = import_cupy()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            body()
+        finally:
+            graph = stream.end_capture()
+    return graph
 
 
 def xpby(z: Any, beta: Any, p: Any) -> Any:
