@@ -44,16 +44,13 @@ class _Buffers:
         return self.rz0 if j == 0 else self.sums[j - 1, 0:1]
 
 
-def cg_graphed(s: Any, x0: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], Any]) -> Any:
-    """:func:`ust.api.krylov._cg_fused`'s iteration, ``s.check_every`` (>= 2) iterations per
-    graph launch; returns a :class:`ust.api.krylov.KrylovOutcome`, or None when the block cannot
-    be recorded (before any iteration ran)."""
-    from ust.api.krylov import KrylovOutcome, _finite, _start
-
+def cg_graphed(
+    s: Any, x: Any, r: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], Any]
+) -> tuple[Any, int, int, float, str | None] | None:
+    """:func:`ust.api.krylov._cg_fused`'s iteration from ``x`` and its residual ``r``,
+    ``s.check_every`` (>= 2) iterations per graph launch: ``(x, info, iterations, residual norm,
+    breakdown)``, or None when the block cannot be recorded (before any iteration ran)."""
     xp = s.xp
-    x, r, rn = _start(s, x0)
-    if rn <= s.tol:
-        return KrylovOutcome(x, 0, 0, rn)
     r = xp.ascontiguousarray(r)
     k = s.check_every
     buf = _Buffers(xp, s.b, k, ops)
@@ -100,13 +97,13 @@ def cg_graphed(s: Any, x0: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], 
         it += count
         rr = buf.sums[count - 1, 1]
         rn = math.sqrt(float(rr.real if rr.dtype.kind == "c" else rr))
-        if not _finite(rn):
-            return KrylovOutcome(good, -1, it, s.true_residual(good)[1], breakdown)
+        if not math.isfinite(rn):
+            return good, -1, it, s.true_residual(good)[1], breakdown
         restart = False
         if rn <= s.tol:
             true_r, rn = s.true_residual(x)
             if rn <= s.tol:
-                return KrylovOutcome(x, 0, it, rn)
+                return x, 0, it, rn, None
             r[...] = true_r  # the recurrence goes on from the true residual
             restart = True
         good[...] = x
@@ -120,4 +117,4 @@ def cg_graphed(s: Any, x0: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], 
             ops.xpby(z, (buf.sums[count - 1, 0:1], last), p)
             buf.rz0[...] = buf.sums[count - 1, 0]
     _, rn = s.true_residual(x)
-    return KrylovOutcome(x, 0 if rn <= s.tol else s.maxiter, it, rn)
+    return x, 0 if rn <= s.tol else s.maxiter, it, rn, None

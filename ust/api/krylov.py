@@ -211,7 +211,11 @@ def _graphed(s: _Setup, x0: Vector | None, ops: Any, dinv: Vector | None) -> Kry
         return None
     from ust.api.cg_graph import cg_graphed
 
-    return cg_graphed(s, x0, ops, dinv, into)
+    x, r, rn = _start(s, x0)
+    if rn <= s.tol:
+        return KrylovOutcome(x, 0, 0, rn)
+    out = cg_graphed(s, x, r, ops, dinv, into)
+    return None if out is None else KrylovOutcome(*out)
 
 
 def _cg_fused(s: _Setup, x0: Vector | None, ops: Any) -> KrylovOutcome:
