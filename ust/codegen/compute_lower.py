@@ -71,6 +71,11 @@ ITERATED = ("compressed", "loose_compressed", "singleton")
 WALKABLE = ("dense", *ITERATED)
 #: ``cnt = cnt + 1``: a bound pass's whole work per product.
 _COUNT_ONE = Assign("cnt", Bin("+", Var("cnt"), Const(1, "index")))
+#: A row whose touched list covers more than 1/DENSE_ROW of its workspace is read off the
+#: markers in one scan of the workspace instead of sorted (measured here, 65536 slots: the
+#: branch-free scan takes 55-70 us, the introsort of 2048 random entries 35-45 us and of 4096
+#: 70-100 us; the branch-free scan ran 1.3-3x ahead of a branching one at 1/32-1/2 density).
+DENSE_ROW = 16
 #: A coordinate larger than any stored one (the exhausted side of a merge).
 BIG = Const((1 << 62), "index")
 
@@ -623,8 +628,10 @@ class _Lowerer:
             *lets,
             *self.emit(value, {r: Var(f"y_{r}") for r in self.rest}),
         )
-        # the touched list in order: sorted, or -- for a row touching more than 1/16 of the
-        # workspace -- read off the markers in one sequential scan (no comparisons)
+        # the touched list in order: sorted, or -- for a row touching more than 1/DENSE_ROW of
+        # the workspace -- read off the markers in one sequential scan (no comparisons, no
+        # branch: every slot is written at ``ns`` and ``ns`` advances past the touched ones)
+        touched = Bin("==", Load("ws_mark", _add(base, Var("w"))), Var("stamp"))
         scan = Block(
             (
                 Decl("ns", _ic(0), "index"),
@@ -634,21 +641,14 @@ class _Lowerer:
                     Var("W"),
                     Block(
                         (
-                            If(
-                                Bin("==", Load("ws_mark", _add(base, Var("w"))), Var("stamp")),
-                                Block(
-                                    (
-                                        Store("ws_list", _add(base, Var("ns")), Var("w")),
-                                        Assign("ns", _add(Var("ns"), _ic(1))),
-                                    )
-                                ),
-                            ),
+                            Store("ws_list", _add(base, Var("ns")), Var("w")),
+                            Assign("ns", _add(Var("ns"), Select(touched, _ic(1), _ic(0)))),
                         )
                     ),
                 ),
             )
         )
-        dense_row = Bin(">", Bin("*", Var("nw"), _ic(16)), Var("W"))
+        dense_row = Bin(">", Bin("*", Var("nw"), _ic(DENSE_ROW)), Var("W"))
         return [
             If(dense_row, scan, Block((Sort("ws_list", base, _add(base, Var("nw"))),))),
             Loop("e", _ic(0), Var("nw"), body),

@@ -210,9 +210,7 @@ _BLOCKS_LOOP = """\
                 const int64_t base = __atomic_load_n(&o_sched[2], __ATOMIC_RELAXED);
                 for (int o = 0; o < ust_o.n; ++o) ust_p[o] = ust_o.base[o] + (size_t)base * ust_o.size[o];
             } else {
-                int64_t need = o_bound[@b@ + 1] - o_bound[@b@];
-                @cap@
-                ust_pd = ust_arena_push(&ust_ar, need, &ust_o);
+                ust_pd = ust_arena_push(&ust_ar, o_bound[@b@ + 1] - o_bound[@b@], &ust_o);
                 if (!ust_pd) { __atomic_store_n(&o_sched[3], 1, __ATOMIC_RELAXED); break; }
                 for (int o = 0; o < ust_o.n; ++o) ust_p[o] = ust_pd->b.p[o];
             }
@@ -286,23 +284,20 @@ class _ComputeC(CStyleRenderer):
         """Blocks of rows handed out in order, each written into its own window of the outputs
         (its place when known at its start, else the thread's arena) and placed back to back
         (the runtime in ``_BLOCKS``).  The body starts ``wp`` at 0 and leaves the block's length
-        in it; a block's window holds its bound, or its rows times the workspace ``W``."""
+        in it; a block's window holds its bound (an arena's pages past the entries written are never
+        touched, so a long row's large bound costs address space only)."""
         first = s.body.body[0] if s.body.body else None
         if not (isinstance(first, Decl) and first.name == "wp"):  # pragma: no cover - the lowering's form
             raise ValueError("a blocks loop starts by declaring its write position wp")
         outs = self.outputs()
         if len(outs) > MAX_OUTPUTS:  # pragma: no cover - a sparse result of rank > MAX_OUTPUTS
             raise ValueError(f"a blocks loop places at most {MAX_OUTPUTS} output arrays")
-        has_w = any(p.name == "W" for p in self.k.params)
         fill = {
             "b": s.var,
             "nb": self.expr(s.hi),
             "n": str(len(outs)),
             "bases": ", ".join(f"(char *){n}" for n, _ in outs),
             "sizes": ", ".join(f"sizeof({t})" for _, t in outs),
-            "cap": "if (need > (o_blk[b + 1] - o_blk[b]) * W) need = (o_blk[b + 1] - o_blk[b]) * W;"
-            if has_w
-            else "",
         }
         head, tail = _BLOCKS_LOOP.split("@BODY@\n")
         self.template(head, fill, depth)
