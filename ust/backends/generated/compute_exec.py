@@ -256,7 +256,7 @@ def _run_blocks(
     )
     if int(sched[3]):
         return None  # a thread's arena did not fit
-    pos = xp.zeros(outer + 1, dtype=np.int64)
+    pos = bpos  # the bounds are spent: their prefix sums become the row pointers
     xp.cumsum(cnt, out=pos[1:])
     nnz = int(pos[-1])
     if xp is np:
