@@ -93,3 +93,22 @@ def test_every_nnz_split_kernel_compiles() -> None:
     assert "#include" not in src and src.count("_nz_g1(") == len(kernels)
     cubin = compile_cuda(src, _options(), name="nnz_split.cu")
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_every_spmv_dot_kernel_compiles() -> None:
+    """The SpMV kernels that also sum ``x^H y`` (CG's ``p^H A p``): every dtype and index type of
+    every format whose kernel supports it."""
+    from ust.codegen.emit_cuda import supports_dot
+
+    kernels = []
+    for text in ("DIA", "CSR", "DIAI", "(i, j) -> (i : dense, j : loose_compressed)"):
+        for dtype in ("float32", "float64", "complex64", "complex128"):
+            for idt, itype in (("int32", "int32"), ("int64", "int64")):
+                k = lower(get_format(text) if "(" not in text else ust_format(text), "mv",
+                          value_dtype=dtype, index_dtype=idt, itype=itype)  # fmt: skip
+                assert supports_dot(k)
+                kernels.append(k)
+    src = emit_cuda(kernels, dot=True)
+    assert src.count("_g1_dot(") == len(kernels) and src.count("ust_dot_part[blockIdx.x]") == len(kernels)
+    cubin = compile_cuda(src, _options(), name="spmv_dot.cu")
+    assert cubin[:4] == b"\x7fELF"

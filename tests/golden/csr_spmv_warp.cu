@@ -19,6 +19,14 @@ __device__ __forceinline__ ust_c128 ust_shfl_down(ust_c128 v, int off, unsigned 
 __device__ __forceinline__ ust_c64 ust_shfl_down(ust_c64 v, int off, unsigned mask, int w) {
     return ust_c64{__shfl_down_sync(mask, v.re, off, w), __shfl_down_sync(mask, v.im, off, w)};
 }
+__device__ __forceinline__ double ust_cdot(double a, double b) { return a * b; }
+__device__ __forceinline__ float ust_cdot(float a, float b) { return a * b; }
+__device__ __forceinline__ ust_c128 ust_cdot(ust_c128 a, ust_c128 b) {  /* conj(a) * b */
+    return ust_c128{a.re * b.re + a.im * b.im, a.re * b.im - a.im * b.re};
+}
+__device__ __forceinline__ ust_c64 ust_cdot(ust_c64 a, ust_c64 b) {
+    return ust_c64{a.re * b.re + a.im * b.im, a.re * b.im - a.im * b.re};
+}
 __device__ __forceinline__ void ust_atomic_add(double *p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(float *p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(ust_c128 *p, ust_c128 v) { atomicAdd(&p->re, v.re); atomicAdd(&p->im, v.im); }

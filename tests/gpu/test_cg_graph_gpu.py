@@ -124,3 +124,33 @@ def test_callback_and_general_preconditioners_run_eagerly(monkeypatch: pytest.Mo
     calls.clear()
     _, info, res = ust.linalg.cg(t, b, rtol=1e-9, M="block_jacobi", return_result=True)
     assert info == 0 and len(calls) == res.iterations
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "float32", "complex64"])
+@pytest.mark.parametrize("fmt", ["DIA", "DIAI"])
+def test_spmv_with_dot_is_the_spmv_and_vdot(dtype: str, fmt: str) -> None:
+    t, x = _system(dtype, fmt, m=70)  # 4900 rows: several blocks of partial sums
+    prod = _Product(t)
+    want = prod(x)
+    q = cp.empty_like(x)
+    part = kk.workspace(x.shape[0], x.dtype)
+    n = prod.into_dot(x, q, part)
+    assert n is not None and 1 < n <= part.size
+    rtol = 1e-5 if dtype in ("float32", "complex64") else 1e-12
+    np.testing.assert_allclose(cp.asnumpy(q), cp.asnumpy(want), rtol=rtol, atol=rtol * float(abs(want).max()))
+    got = kk.sum_partials(part, n)
+    ref = cp.vdot(x, want)
+    assert got.shape == () and abs(complex(got) - complex(ref)) <= rtol * float(
+        cp.linalg.norm(x) * cp.linalg.norm(want)
+    )
+    again = cp.empty(1, dtype=x.dtype)
+    prod.into_dot(x, q, part)  # the bound launch reused: the same bits
+    kk.sum_partials(part, n, out=again)
+    assert again.tobytes() == got.reshape(1).tobytes()
+
+
+def test_spmv_with_dot_is_none_where_the_route_has_no_such_kernel() -> None:
+    t, x = _system("float64", "COO")  # cuSPARSE's route
+    q = cp.zeros_like(x)
+    assert _Product(t).into_dot(x, q, kk.workspace(x.shape[0], x.dtype)) is None
+    assert not bool(q.any())  # nothing written

@@ -38,6 +38,7 @@ class _Buffers:
         self.pq = xp.empty((k, 1), dtype=dt)  # p^H q of each iteration of the block
         self.sums = xp.empty((k, 2), dtype=dt)  # (r^H z, r^H r) after each iteration
         self.work = ops.workspace(int(b.shape[0]), dt)
+        self.dpart = ops.workspace(int(b.shape[0]), dt)  # the SpMV-with-dot kernel's partials
 
     def rz(self, j: int) -> Any:
         """``r^H z`` at the start of the block's iteration ``j``."""
@@ -45,11 +46,12 @@ class _Buffers:
 
 
 def cg_graphed(
-    s: Any, x: Any, r: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], Any]
+    s: Any, x: Any, r: Any, ops: Any, dinv: Any, into: Callable[[Any, Any], Any], into_dot: Any
 ) -> tuple[Any, int, int, float, str | None] | None:
     """:func:`ust.api.krylov._cg_fused`'s iteration from ``x`` and its residual ``r``,
     ``s.check_every`` (>= 2) iterations per graph launch: ``(x, info, iterations, residual norm,
-    breakdown)``, or None when the block cannot be recorded (before any iteration ran)."""
+    breakdown)``, or None when the block cannot be recorded (before any iteration ran).
+    ``into_dot`` (or None): the SpMV that also gives ``p^H A p``'s block partials."""
     xp = s.xp
     r = xp.ascontiguousarray(r)
     k = s.check_every
@@ -67,14 +69,21 @@ def cg_graphed(
         for j in range(count):
             if j:
                 ops.xpby(z, (buf.rz(j), buf.rz(j - 1)), p)
-            into(p, buf.q)
-            ops.dot(p, buf.q, out=buf.pq[j], work=buf.work)
+            if nb is not None:  # A p and the partials of p^H A p in one kernel
+                into_dot(p, buf.q, buf.dpart)
+                ops.sum_partials(buf.dpart, nb, out=buf.pq[j])
+            else:
+                into(p, buf.q)
+                ops.dot(p, buf.q, out=buf.pq[j], work=buf.work)
             ops.cg_step(x, r, p, buf.q, (buf.rz(j), buf.pq[j]), dinv, out=None if dinv is None else z,
                         sums=buf.sums[j], work=buf.work)  # fmt: skip
 
     precondition()
     p = z.copy()
-    into(p, buf.q)  # binds the SpMV's launch to these buffers before recording
+    # binds the SpMV's launch to these buffers before recording
+    nb = None if into_dot is None else into_dot(p, buf.q, buf.dpart)
+    if nb is None:
+        into(p, buf.q)
     try:
         graph = ops.capture(lambda: iterations(k))
     except Exception as exc:  # a route that cannot be recorded: the eager loop runs instead

@@ -191,6 +191,24 @@ def _jacobi_inverse(s: _Setup) -> Vector | None:
     return d
 
 
+def _product_with_dot(s: _Setup, ops: Any) -> Callable[[Vector], tuple[Vector, Any]]:
+    """``p -> (A p, p^H A p)``: one SpMV kernel that also sums the dot product where the route
+    has one (the matvec's ``into_dot``), else the SpMV and a dot kernel.  The same arithmetic as
+    the graphed loop's (:mod:`ust.api.cg_graph`), so both give the same iterates."""
+    into_dot = getattr(s.matvec, "into_dot", None)
+    q = s.xp.empty_like(s.b)
+    part = ops.workspace(int(s.b.shape[0]), s.b.dtype)
+
+    def product(p: Vector) -> tuple[Vector, Any]:
+        nb = None if into_dot is None else into_dot(p, q, part)
+        if nb is not None:
+            return q, ops.sum_partials(part, nb)
+        out = s.matvec(p)
+        return out, ops.dot(p, out)
+
+    return product
+
+
 def _graphed(s: _Setup, x0: Vector | None, ops: Any, dinv: Vector | None) -> KrylovOutcome | None:
     """CG with each block of ``check_every`` iterations replayed as one CUDA graph
     (:mod:`ust.api.cg_graph`), where nothing per iteration needs the host; else None."""
@@ -214,7 +232,7 @@ def _graphed(s: _Setup, x0: Vector | None, ops: Any, dinv: Vector | None) -> Kry
     x, r, rn = _start(s, x0)
     if rn <= s.tol:
         return KrylovOutcome(x, 0, 0, rn)
-    out = cg_graphed(s, x, r, ops, dinv, into)
+    out = cg_graphed(s, x, r, ops, dinv, into, getattr(s.matvec, "into_dot", None))
     return None if out is None else KrylovOutcome(*out)
 
 
@@ -243,11 +261,11 @@ def _cg_fused(s: _Setup, x0: Vector | None, ops: Any) -> KrylovOutcome:
 
     z, rz = precondition(r)
     p = z.astype(s.b.dtype, order="C", copy=True)
+    product = _product_with_dot(s, ops)
     it = 0
     while it < s.maxiter:
         it += 1
-        q = s.matvec(p)
-        pq = ops.dot(p, q)
+        q, pq = product(p)
         z, rz_new, rr = ops.cg_step(x, r, p, q, (rz, pq), dinv, out=zbuf)
         if s.callback is not None:
             s.callback(x)

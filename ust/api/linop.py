@@ -27,6 +27,7 @@ class _Product:
         self.a = a
         self._plans: dict[tuple[tuple[int, ...], str], Any] = {}
         self._view: Any = None
+        self._dot: tuple[Any, Any, Any, Any] | None = None  # (x, out, part, bound dot launch)
 
     def __call__(self, x: Any) -> Any:
         from ust.api.matmul import Matmul
@@ -48,6 +49,27 @@ class _Product:
         b = x if x.dtype == mm.dtype else x.astype(mm.dtype)
         out = xp.empty((self.a.shape[0], *x.shape[1:]), dtype=mm.dtype)
         return mm.executor.run(b, None, out, mm._stream())
+
+    def into_dot(self, x: Any, out: Any, part: Any) -> int | None:
+        """``out[...] = A @ x`` and ``part[:n]`` = the block partial sums of ``x^H out``, one kernel
+        (the generated SpMV's ``dot`` variant): ``n``, or None where the route has no such
+        kernel (nothing is then written).  The same objects call after call reuse the bound
+        launch, so a Krylov loop can record it in a CUDA graph."""
+        key = (tuple(x.shape), str(x.dtype))
+        if key not in self._plans:
+            self(x)  # plans
+        mm = self._plans[key]
+        if mm.decision.route != "generated-cuda" or mm.dtype != x.dtype or mm.dtype != out.dtype:
+            return None
+        last = self._dot
+        if last is None or last[0] is not x or last[1] is not out or last[2] is not part:
+            bound = getattr(mm.executor, "bind_dot", lambda *_: None)(x, out, part)
+            last = self._dot = (x, out, part, bound)
+        if last[3] is None:
+            return None
+        launch, n = last[3]
+        launch(mm._stream())
+        return int(n)
 
     def capturable(self, x: Any) -> bool:
         """Whether :meth:`into` on ``x`` only launches kernels over buffers made beforehand (the

@@ -58,6 +58,7 @@ __all__ = [
     "emit_cuda",
     "init_params",
     "kernel_params",
+    "supports_dot",
 ]
 
 CUDA_VALUE = {"float32": "float", "float64": "double", "complex64": "ust_c64", "complex128": "ust_c128"}
@@ -92,6 +93,14 @@ __device__ __forceinline__ ust_c128 ust_shfl_down(ust_c128 v, int off, unsigned 
 __device__ __forceinline__ ust_c64 ust_shfl_down(ust_c64 v, int off, unsigned mask, int w) {
     return ust_c64{__shfl_down_sync(mask, v.re, off, w), __shfl_down_sync(mask, v.im, off, w)};
 }
+__device__ __forceinline__ double ust_cdot(double a, double b) { return a * b; }
+__device__ __forceinline__ float ust_cdot(float a, float b) { return a * b; }
+__device__ __forceinline__ ust_c128 ust_cdot(ust_c128 a, ust_c128 b) {  /* conj(a) * b */
+    return ust_c128{a.re * b.re + a.im * b.im, a.re * b.im - a.im * b.re};
+}
+__device__ __forceinline__ ust_c64 ust_cdot(ust_c64 a, ust_c64 b) {
+    return ust_c64{a.re * b.re + a.im * b.im, a.re * b.im - a.im * b.re};
+}
 __device__ __forceinline__ void ust_atomic_add(double *p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(float *p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void ust_atomic_add(ust_c128 *p, ust_c128 v) { atomicAdd(&p->re, v.re); atomicAdd(&p->im, v.im); }
@@ -117,9 +126,10 @@ class _CudaEmitter(CStyleRenderer):
     index_types = CUDA_INDEX
     bool_type = "bool"
 
-    def __init__(self, kernel: Kernel, group: int) -> None:
+    def __init__(self, kernel: Kernel, group: int, dot: bool = False) -> None:
         super().__init__(kernel)
         self.g = group
+        self.dot = dot  # also the block partial sums of conj(x[i]) y[i] (see supports_dot)
         self.in_flat = False  # parallel loops nested in the flattened region run serially
 
     def const(self, e: Const) -> str:
@@ -156,7 +166,12 @@ class _CudaEmitter(CStyleRenderer):
 
     def write(self, s: Store | Accumulate, depth: int) -> None:
         idx, val = self.e(s.index), self.e(s.value)
-        if isinstance(s, Store):
+        if isinstance(s, Store) and self.dot and s.buf == "y":  # the row's y[i], and conj(x[i]) y[i]
+            text = (
+                f"{{ const {self.vt} ust_y = {val}; y[{idx}] = ust_y; "
+                f"ust_dot = ust_dot + ust_cdot(x[{idx}], ust_y); }}"
+            )
+        elif isinstance(s, Store):
             text = f"{s.buf}[{idx}] = {val};"
         elif s.atomic:
             text = f"ust_atomic_add(&{s.buf}[{idx}], {val});"
@@ -208,6 +223,8 @@ class _CudaEmitter(CStyleRenderer):
         total = " * ".join([f"ust_e{n}" for n in range(len(chain))] + ([str(self.g)] if self.g > 1 else []))
         self.out(d, f"const {it} ust_total = {total};")
         self.out(d, f"const {it} ust_stride = ({it})gridDim.x * blockDim.x;")
+        if self.dot:
+            self.out(d, f"{self.vt} ust_dot = {self.vt}{{}};")
         self.out(
             d,
             f"for ({it} ust_f = ({it})blockIdx.x * blockDim.x + threadIdx.x; ust_f < ust_total; ust_f += ust_stride) {{",
@@ -229,7 +246,24 @@ class _CudaEmitter(CStyleRenderer):
                 self.out(d, f"ust_r /= ust_e{n};")
         self.block(chain[-1].body, d)
         self.out(depth + 1, "}")
+        if self.dot:
+            self.block_sum(depth + 1)
         self.out(depth, "}")
+
+    def block_sum(self, d: int) -> None:
+        """``ust_dot_part[blockIdx.x]`` = the block's sum of ``ust_dot``: a fixed shared-memory
+        tree (the same sum run to run); every thread of the block reaches it."""
+        self.out(d, f"__shared__ {self.vt} ust_dsh[{BLOCK}];")
+        self.out(d, "ust_dsh[threadIdx.x] = ust_dot;")
+        self.out(d, "__syncthreads();")
+        self.out(d, f"for (int ust_o = {BLOCK // 2}; ust_o > 0; ust_o >>= 1) {{")
+        self.out(
+            d + 1,
+            "if (threadIdx.x < ust_o) ust_dsh[threadIdx.x] = ust_dsh[threadIdx.x] + ust_dsh[threadIdx.x + ust_o];",
+        )
+        self.out(d + 1, "__syncthreads();")
+        self.out(d, "}")
+        self.out(d, "if (threadIdx.x == 0) ust_dot_part[blockIdx.x] = ust_dsh[0];")
 
     def nnz_split(self, body: Block, depth: int) -> None:
         """The main pass of a ``balance="nnz"`` kernel (see the module docstring)."""
@@ -310,7 +344,10 @@ class _CudaEmitter(CStyleRenderer):
 
     def kernel(self, name: str) -> str:
         k = self.k
-        self.out(0, self.signature(name, kernel_params(k)))
+        sig = self.signature(name, kernel_params(k))
+        if self.dot:
+            sig = sig[:-1] + f",\n    {self.vt} *__restrict__ ust_dot_part)"
+        self.out(0, sig)
         self.out(0, "{")
         if self.g > 1:
             mask = (
@@ -350,15 +387,32 @@ def cuda_signature(r: CStyleRenderer, name: str, params: tuple[Param, ...]) -> s
     return f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}(\n    {args})'
 
 
-def cuda_kernel_name(kernel: Kernel, group: int) -> str:
-    return f"{kernel.name}_g{group}"
+def cuda_kernel_name(kernel: Kernel, group: int, dot: bool = False) -> str:
+    return f"{kernel.name}_g{group}" + ("_dot" if dot else "")
 
 
-def emit_cuda(kernels: Kernel | list[Kernel], *, group: int | list[int] = 1) -> str:
+def supports_dot(kernel: Kernel) -> bool:
+    """Whether ``kernel`` can also return ``x^H y`` (``dot=True`` in :func:`emit_cuda`): an SpMV
+    whose rows are the top-level grid-stride loop, each ``y[i]`` stored once by one thread (no
+    init pass, no atomics, no batch, no nnz split; emitted one thread per row).  With a square A, ``x[i]``
+    is then at hand when ``y[i]`` is written, and the dot product costs no pass of its own (a
+    CG iteration needs ``p^H A p`` right after ``A p``)."""
+    info = kernel.info
+    if info.get("op") != "mv" or info.get("init") or info.get("batch") or info.get("atomic"):
+        return False
+    if info.get("balance", "none") != "none":
+        return False
+    top = [st for st in kernel.body.body if isinstance(st, Loop)]
+    return len(top) == 1 and top[0].parallel and top[0].tag == "rows"
+
+
+def emit_cuda(kernels: Kernel | list[Kernel], *, group: int | list[int] = 1, dot: bool = False) -> str:
     """CUDA source: the prelude, then per kernel ``<name>_g<group>`` (and ``..._init``).
 
     ``group`` (one for all kernels, or one per kernel) applies to kernels with a reduction
     loop at the parallel level; the others are always emitted with one thread per item.
+    ``dot``: kernels ``<name>_g1_dot`` that also write each block's partial sum of
+    ``conj(x[i]) y[i]`` to a last argument ``ust_dot_part`` (:func:`supports_dot` kernels only).
     """
     ks = [kernels] if isinstance(kernels, Kernel) else list(kernels)
     groups = list(group) if isinstance(group, list) else [group] * len(ks)
@@ -369,11 +423,14 @@ def emit_cuda(kernels: Kernel | list[Kernel], *, group: int | list[int] = 1) -> 
     for k, gr in zip(ks, groups):
         if gr not in GROUPS:
             raise ValueError(f"group must be one of {GROUPS}, got {gr}")
-        g = gr if supports_group(k) else 1
-        if cuda_kernel_name(k, g) in seen:
+        g = gr if supports_group(k) and not dot else 1
+        if dot and not supports_dot(k):
+            raise UnsupportedError(f"kernel {k.name} cannot return a dot product (see supports_dot)")
+        name = cuda_kernel_name(k, g, dot)
+        if name in seen:
             continue
-        seen.add(cuda_kernel_name(k, g))
-        parts.append(_CudaEmitter(k, g).kernel(cuda_kernel_name(k, g)))
+        seen.add(name)
+        parts.append(_CudaEmitter(k, g, dot).kernel(name))
     return "\n".join(parts)
 
 

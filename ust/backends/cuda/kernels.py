@@ -36,9 +36,11 @@ from ust.runtime.errors import BackendUnavailableError, DeviceError
 from ust.runtime.log import get_logger
 
 __all__ = [
+    "DOT_MAX_BLOCKS",
     "BoundLaunch",
     "CudaKernel",
     "bind_launch_cuda",
+    "bind_spmv_dot",
     "cuda_kernel",
     "matmul_cuda",
     "nvrtc_options",
@@ -70,11 +72,14 @@ def nvrtc_options(arch: str) -> tuple[str, ...]:
 class CudaKernel:
     """A loaded generated kernel (and its init kernel) with timing facts."""
 
-    def __init__(self, kernel: Kernel, group: int, module: Any, seconds: float, how: str) -> None:
+    def __init__(
+        self, kernel: Kernel, group: int, module: Any, seconds: float, how: str, dot: bool = False
+    ) -> None:
         self.kernel = kernel
         self.group = group
         self.module = module
-        self.name = cuda_kernel_name(kernel, group)
+        self.dot = dot
+        self.name = cuda_kernel_name(kernel, group, dot)
         self.main = module.get_function(self.name)
         self.init = module.get_function(self.name + "_init") if kernel.init is not None else None
         self.load_seconds = seconds
@@ -118,13 +123,15 @@ def cuda_kernel(
     group: int = 1,
     device_id: int | None = None,
     balance: str = "none",
+    dot: bool = False,
 ) -> CudaKernel:
     """The loaded kernel for a request (memoised per device architecture); ``balance="nnz"``
-    is the nnz split with a segmented reduction (:mod:`ust.codegen.emit_cuda`)."""
+    is the nnz split with a segmented reduction, ``dot`` the SpMV that also writes the block
+    partial sums of ``x^H y`` (:mod:`ust.codegen.emit_cuda`)."""
     cp = _cupy()
     dev = cp.cuda.Device().id if device_id is None else device_id
     layout = layout if op == "mm" else "row"
-    key = ("cuda", fmt, op, layout, order, value_dtype, index_dtype, itype, group, dev, balance)
+    key = ("cuda", fmt, op, layout, order, value_dtype, index_dtype, itype, group, dev, balance, dot)
 
     def build() -> CudaKernel:
         t0 = time.perf_counter()
@@ -138,11 +145,11 @@ def cuda_kernel(
             itype=itype,
             balance=balance,
         )
-        g = group if supports_group(k) else 1
-        src = emit_cuda(k, group=g)
+        g = group if supports_group(k) and not dot else 1
+        src = emit_cuda(k, group=g, dot=dot)
         with cp.cuda.Device(dev):
-            mod, how = _load_module(src, _arch(dev), cuda_kernel_name(k, g))
-            ck = CudaKernel(k, g, mod, time.perf_counter() - t0, how)
+            mod, how = _load_module(src, _arch(dev), cuda_kernel_name(k, g, dot))
+            ck = CudaKernel(k, g, mod, time.perf_counter() - t0, how, dot)
         _log.info("CUDA kernel %s: %s in %.1f ms", ck.name, how, 1e3 * ck.load_seconds)
         return ck
 
@@ -266,6 +273,39 @@ def bind_launch_cuda(
                 grid = (max(1, min(-(-total // BLOCK), _MAX_GRID_X)), max(1, min(nb, _MAX_GRID_Y)), 1)
                 steps.append((ck.main, grid, _args(ck, launch, target, ck.kernel.params)))
     return BoundLaunch(steps, target, dev)
+
+
+#: Blocks of an SpMV-with-dot launch at most (grid-stride beyond): its partial sums fit the
+#: Krylov workspace (:data:`ust.backends.cuda.krylov_kernels.MAX_BLOCKS`).
+DOT_MAX_BLOCKS = 1024
+
+
+def bind_spmv_dot(fmt: Format, launch: Launch, out: Any, order: str, part: Any) -> tuple[BoundLaunch, int]:
+    """``out = A @ x`` through the ``dot`` kernel (:func:`ust.codegen.emit_cuda.supports_dot`),
+    which also writes block ``b``'s partial sum of ``conj(x) out`` to ``part[b]``: the bound
+    launch and the number of partials.  ``A`` must be square; ``out`` a C-contiguous vector
+    of the launch's dtype; ``part`` one of at least :data:`DOT_MAX_BLOCKS` entries."""
+    cp = _cupy()
+    dev = launch.buffers["val"].device.id
+    if launch.op != "mv" or launch.scalars.get("D0") != launch.scalars.get("D1"):
+        raise DeviceError("an SpMV with a dot product needs a square A and a vector x")
+    with cp.cuda.Device(dev):
+        ck = cuda_kernel(
+            fmt, "mv", "row", order, launch.dtype, launch.index_dtype, launch.itype(1), 1, dev, "none", True
+        )
+        if not (
+            isinstance(out, cp.ndarray) and out.dtype == np.dtype(launch.dtype) and out.flags.c_contiguous
+        ):
+            raise DeviceError("the SpMV-with-dot output must be a C-contiguous vector of the launch's dtype")
+        info = kernel_info(ck.kernel)
+        total = 1
+        for kind, arg in info.par_extents:
+            total *= _extent(fmt, launch, kind, arg)
+        nb = max(1, min(-(-total // BLOCK), DOT_MAX_BLOCKS))
+        if part.size < nb or part.dtype != out.dtype:
+            raise DeviceError(f"the partial-sum buffer needs {nb} entries of {out.dtype}")
+        args = [*_args(ck, launch, out, ck.kernel.params), part]
+        return BoundLaunch([(ck.main, (nb, 1, 1), args)], out, dev), nb
 
 
 def run_launch_cuda(

@@ -45,6 +45,7 @@ __all__ = [
     "cg_step",
     "dot",
     "kernel_source",
+    "sum_partials",
     "workspace",
     "xpby",
 ]
@@ -350,6 +351,21 @@ def dot(a: Any, b: Any, *, out: Any = None, work: Any = None) -> Any:
         part = res if nb == 1 and res is not None else _buffer(cp, work, nb, dt, "work")
         fns["ust_krylov_dot"]((nb,), (BLOCK,), (a, b, np.int64(n), part))
         return _sums(cp, fns, part, nb, 1, dt, res).reshape(())
+
+
+def sum_partials(part: Any, count: int, *, out: Any = None) -> Any:
+    """The sum of ``part[:count]`` (block partial sums, e.g. of an SpMV's ``dot`` kernel) as a
+    0-d CuPy array, into ``out`` (a one-element array) when given; one kernel, no wait."""
+    from ust.backends.cuda.arrays import import_cupy
+
+    cp = import_cupy()
+    dev = _device_of(cp, part, "part")
+    dt = _dtype(part.dtype)
+    with cp.cuda.Device(dev):
+        res = cp.empty(1, dtype=dt) if out is None else _buffer(cp, out, 1, dt, "out")
+        fns = _functions(dt.name, dev)
+        fns["ust_krylov_sum_rows"]((1,), (BLOCK,), (part, np.int64(count), res))
+        return res.reshape(())
 
 
 def cg_step(

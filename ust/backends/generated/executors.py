@@ -119,6 +119,27 @@ class GeneratedMatmul:
             self._groups[op] = default_group(self.a, op, self._order(op))
         return self._groups[op]
 
+    def bind_dot(self, b: Any, out: Any, part: Any) -> tuple[Any, int] | None:
+        """``out = A @ b`` with block partial sums of ``b^H out`` in ``part``, as one bound
+        launch of the SpMV's ``dot`` kernel (a CG iteration's ``p^H A p`` without a pass of its
+        own): ``(bound, partials)``, or None where that kernel does not apply (the C target, a
+        thread group or nnz split chosen for A, a kernel that writes rows more than once)."""
+        if self.target != "cuda" or b.ndim != 1 or self.a.shape[0] != self.a.shape[1]:
+            return None
+        if self._group("mv") != 1 or self._kernel_balance("mv") != "none":
+            return None
+        from ust.backends.cuda.kernels import bind_spmv_dot, cuda_kernel
+        from ust.codegen.emit_cuda import supports_dot
+
+        launch = prepare(self.a, b, None, alpha=self.alpha, beta=0, out=out, dtype=self.dtype)
+        order = self._order("mv")
+        plain = cuda_kernel(
+            self.a.format, "mv", "row", order, launch.dtype, launch.index_dtype, launch.itype(1), 1
+        )
+        if not supports_dot(plain.kernel):
+            return None
+        return bind_spmv_dot(self.a.format, launch, out, order, part)
+
     def run(self, b: Any, c: Any, out: Any, stream: int = 0) -> Any:
         """Run on the operands; the same (b, c, out) objects as last time reuse the bound
         launch (every argument already marshalled), as ``Matmul.execute`` does."""
