@@ -95,7 +95,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--precond",
         default="none",
         choices=PRECONDS,
-        help='preconditioner of an iterative --method (default none; amg needs pyamg: pip install "ust[amg]")',
+        help="preconditioner of an iterative --method (default none; amg builds its hierarchy with "
+        'ust\'s own setup, or with pyamg where it is installed: pip install "ust[amg]")',
     )
     iterative.add_argument(
         "--rtol", type=float, help="relative tolerance, >= 0 (default 1e-5, SciPy's and ust.linalg's)"
@@ -187,10 +188,6 @@ def _check_method(args: argparse.Namespace) -> None:
         value = getattr(args, dest)
         if value is not None:
             checks.int_range(value, _ITERATIVE_ONLY[dest], 1)
-    if args.precond == "amg":
-        from ust.api.precond import _import_pyamg
-
-        _import_pyamg()  # a missing pyamg is one line naming its extra, before the matrix is read
 
 
 def solve_command(args: argparse.Namespace) -> int:
