@@ -336,6 +336,9 @@ class Matmul(StatefulOperation):
         self.reset_operands_unchecked(b=b, c=c) if c is not None else self.reset_operands_unchecked(b=b)
         out = self.execute()
         self.out = None  # the next call allocates a fresh result: this one belongs to the caller
+        detach = getattr(self.executor, "detach", None)
+        if detach is not None:  # an executor that keeps its result buffer must not reuse it
+            detach()
         return out
 
     def _deliver(self, out: Any) -> Any:

@@ -205,11 +205,38 @@ class BoundLaunch:
     """
 
     def __init__(
-        self, steps: list[tuple[Any, tuple[int, int, int], list[Any]]], target: Any, device: int
+        self,
+        steps: list[tuple[Any, tuple[int, int, int], list[Any]]],
+        target: Any,
+        device: int,
+        slots: list[dict[str, int]] | None = None,
     ) -> None:
         self.steps = steps
         self.target = target
         self.device = device
+        #: per step, the argument positions of the dense operands ``x``, ``y0`` and ``y``
+        self.slots = slots if slots is not None else [{} for _ in steps]
+
+    def rebound(self, x: Any, y0: Any, target: Any = None) -> BoundLaunch:
+        """The same launch on other dense operands of the same shape, dtype, layout and device
+        (only their pointers change: no re-planning, no re-marshalled format buffers), as a
+        one-shot call on new operands needs it; ``target`` None: a new result like the last
+        (C-contiguous results only)."""
+        if target is None:
+            if not self.target.flags.c_contiguous:
+                raise ValueError("a new result is made for C-contiguous results only")
+            cp = _cupy()
+            with cp.cuda.Device(self.device):
+                target = cp.empty(self.target.shape, dtype=self.target.dtype)
+        steps = []
+        for (fn, grid, args), slots in zip(self.steps, self.slots, strict=True):
+            new = list(args)
+            for name, arr in (("x", x), ("y0", y0), ("y", target)):
+                at = slots.get(name)
+                if at is not None:
+                    new[at] = arr
+            steps.append((fn, grid, new))
+        return BoundLaunch(steps, target, self.device, self.slots)
 
     def __call__(self, stream: int = 0) -> Any:
         cp = _cupy()
@@ -255,12 +282,14 @@ def bind_launch_cuda(
         ):
             target = _empty(cp, launch.out_shape, launch.dtype, launch.layout)
         steps: list[tuple[Any, tuple[int, int, int], list[Any]]] = []
+        slots: list[dict[str, int]] = []
         if target.size:
             info = kernel_info(ck.kernel)
             if ck.init is not None:
                 ny = launch.scalars["NY"]
                 grid = (max(1, min(-(-ny // BLOCK), _MAX_GRID_X)), 1, 1)
                 steps.append((ck.init, grid, _args(ck, launch, target, init_params(ck.kernel))))
+                slots.append(_operand_slots(init_params(ck.kernel)))
             total = ck.group
             for kind, arg in info.par_extents:
                 total *= _extent(fmt, launch, kind, arg)
@@ -272,7 +301,13 @@ def bind_launch_cuda(
             if total > 0 and nb > 0:
                 grid = (max(1, min(-(-total // BLOCK), _MAX_GRID_X)), max(1, min(nb, _MAX_GRID_Y)), 1)
                 steps.append((ck.main, grid, _args(ck, launch, target, ck.kernel.params)))
-    return BoundLaunch(steps, target, dev)
+                slots.append(_operand_slots(ck.kernel.params))
+    return BoundLaunch(steps, target, dev, slots)
+
+
+def _operand_slots(params: tuple[Any, ...]) -> dict[str, int]:
+    """Where the dense operands sit among a kernel's arguments (see :meth:`BoundLaunch.rebound`)."""
+    return {p.name: i for i, p in enumerate(params) if p.name in ("x", "y0", "y")}
 
 
 #: Blocks of an SpMV-with-dot launch at most (grid-stride beyond): its partial sums fit the
