@@ -385,6 +385,10 @@ def _format_name(a: Any) -> str:
     return str(layout).replace("torch.", "") if layout is not None else type(a).__name__
 
 
+#: SciPy formats whose buffers ust's intake checks (lil and dok hold none a kernel could misread)
+_CHECKED_SCIPY = frozenset({"csr", "csc", "coo", "bsr", "dia"})
+
+
 def _to_scipy_csr(a: Any) -> Any:
     """``a`` as a SciPy CSR matrix in host memory (shares arrays when it already is one).
 
@@ -396,6 +400,10 @@ def _to_scipy_csr(a: Any) -> Any:
     from ust.tensor import Tensor
 
     if operand_package(a) == "scipy":
+        if a.format in _CHECKED_SCIPY:  # ust's checks, before SciPy's conversion reads the indices
+            from ust.convert.scipy import check_scipy
+
+            check_scipy(a)
         return sp.csr_matrix(a)
     if not isinstance(a, Tensor) and hasattr(a, "to_scipy"):  # a Tensor-like of another ust object
         return sp.csr_matrix(a.to_scipy())

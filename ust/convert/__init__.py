@@ -162,11 +162,14 @@ def asarray(
 
     ``check`` (default None) decides how far the source's buffers are validated.  By default
     a SciPy csr/csc/coo is trusted for what SciPy keeps (re-checked in O(1): array shapes,
-    dtypes, ``indptr[0] == 0``, ``indptr[-1]``) and its order/uniqueness flags, while
-    ``indptr`` monotonicity and the index bounds, which SciPy does not guarantee, cost one
-    NumPy reduction each; ``False`` means the same (never less).  ``True`` / ``"full"``,
-    ``"bounds"`` or ``"structure"`` also run :class:`ust.Tensor`'s check at that depth on the
-    intake (``"full"`` verifies the order and uniqueness SciPy's flags claim).
+    dtypes, ``indptr[0] == 0``, ``indptr[-1]``) and its order/uniqueness flags.  ``indptr``
+    monotonicity and the index bounds of a csr/csc whose flags say canonical, which SciPy does
+    not guarantee, are checked (one NumPy reduction each, once) by the first read of its index
+    buffers -- every kernel, conversion and export of ust reads them through that check, so a
+    bad index is ust's error before any work, never an out-of-bounds read; other sources are
+    checked at once.  ``False`` means the same (never less).  ``True`` / ``"full"``,
+    ``"bounds"`` or ``"structure"`` run :class:`ust.Tensor`'s check at that depth on the intake
+    at once (``"full"`` verifies the order and uniqueness SciPy's flags claim).
     """
     plain = format is None and check is None and dtype is None and device is None
     if plain and index_dtype is None and blocksize is None:

@@ -10,7 +10,7 @@ indices, non-integer index arrays and unsupported value dtypes are errors before
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,15 +18,21 @@ from ust.convert.layouts import coo_format, library_layout, relabel
 from ust.formats.library import get
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError
-from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES, check_index_array, check_value_dtype
+from ust.tensor.buffers import Buffers
+from ust.tensor.core import Tensor
+from ust.tensor.validate import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    check_buffers,
+    check_index_array,
+    check_value_dtype,
+)
 
 #: SciPy's compressed format names -> ust's standard formats (looked up once)
 _CSR_CSC = {"csr": get("CSR"), "csc": get("CSC")}
 
-if TYPE_CHECKING:
-    from ust.tensor import Tensor
-
 __all__ = [
+    "check_scipy",
     "compressed_array",
     "csr_tobsr_sorted",
     "from_scipy",
@@ -106,46 +112,68 @@ def _plain(*arrays: Any) -> np.dtype | None:
     return dt
 
 
+def _owed_compressed(b: Buffers) -> None:
+    """The checks :func:`_trusted_compressed` defers to the first read of a csr/csc intake's
+    index buffers (:meth:`ust.Tensor._settle`): ``indptr`` non-decreasing (O(M)) and every index
+    in ``[0, N)`` (one unsigned ``max``).  A failure is worded by the checked path's
+    :func:`~ust.tensor.validate.check_buffers`."""
+    if not _sound(b.pos[1], b.crd[1], b.shape[1] if b.format is _CSR_CSC["csr"] else b.shape[0]):
+        check_buffers(b, "bounds")
+        raise ShapeError("csr/csc indptr decreases or an index lies outside the matrix")  # pragma: no cover
+
+
+def _sound(indptr: np.ndarray, crd: np.ndarray, n: int) -> bool:
+    """``indptr`` non-decreasing and every index in ``[0, n)``: one NumPy reduction each."""
+    return not (indptr.shape[0] > 2 and bool((indptr[1:] < indptr[:-1]).any())) and _below(crd, n)
+
+
 def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
-    """A 2-D csr/csc array as a Tensor on its own buffers after the cheap checks, or None when one
-    fails (the checked path then words the error).
+    """A 2-D csr/csc array as a Tensor on its own buffers after the O(1) checks, or None when
+    one fails (the checked path then words the error).
 
     What SciPy's constructor guarantees (``check_format(full_check=False)``: 1-D arrays,
     ``len(indptr) == M + 1``, ``indptr[0] == 0``, ``indptr[-1] <= len(indices)``) is checked
-    again in O(1), since the attributes may have been reassigned since; what it does not --
-    ``indptr`` non-decreasing (O(M)) and every index in ``[0, N)`` (one unsigned ``max``) --
-    is checked with one NumPy reduction each.  Order and uniqueness come from SciPy's own flags,
-    as on the checked path (``asarray(..., check="full")`` verifies them).
+    again in O(1), since the attributes may have been reassigned since.  What it does not --
+    ``indptr`` non-decreasing and every index in ``[0, N)`` -- is owed
+    (:func:`_owed_compressed`): run by the first read of the index buffers, so that a bare
+    intake costs no pass over them.  Order and uniqueness come from SciPy's own flags, as on
+    the checked path (``asarray(..., check="full")`` verifies them); where the flags do not
+    say canonical, SciPy's own probes of them need ``indptr`` checked, so the owed checks run
+    at once.
     """
-    from ust.tensor import Tensor
-
     indptr, indices, data = A.indptr, A.indices, A.data
-    if _plain(indptr, indices) is None or type(data) is not np.ndarray or data.ndim != 1:
+    if type(indptr) is not np.ndarray or type(indices) is not np.ndarray or type(data) is not np.ndarray:
+        return None
+    dt = indptr.dtype
+    if indices.dtype != dt or dt not in INDEX_DTYPES:
+        return None
+    if indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1:
         return None
     if data.dtype not in VALUE_DTYPES:
         return None
-    M, N = shape if A.format == "csr" else shape[::-1]
+    fmt = _CSR_CSC[A.format]
+    M = shape[0] if fmt is _CSR_CSC["csr"] else shape[1]
     if indptr.shape[0] != M + 1 or indptr[0] != 0:
         return None
     nnz = int(indptr[-1])
     if nnz > indices.shape[0] or nnz > data.shape[0]:
         return None
-    if M > 1 and bool((indptr[1:] < indptr[:-1]).any()):
-        return None
     crd = indices if indices.shape[0] == nnz else indices[:nnz]
-    if not _below(crd, N):
-        return None
-    fmt = _compressed_label(A, _CSR_CSC[A.format], level=1, nnz=nnz, checked=True)
     vals = data if data.shape[0] == nnz else data[:nnz]
-    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, crd))
+    pos = (None, indptr)
+    crds = (None, crd)
+    if nnz and not (getattr(A, "_has_canonical_format", False) and getattr(A, "_has_sorted_indices", True)):
+        if not _sound(indptr, crd, shape[1] if fmt is _CSR_CSC["csr"] else shape[0]):
+            return None
+        fmt = _compressed_label(A, fmt, level=1, nnz=nnz, checked=True)
+        return Tensor._trusted(shape, fmt, vals, pos, crds)
+    return Tensor._trusted(shape, fmt, vals, pos, crds, _owed_compressed)
 
 
 def _trusted_coo(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     """A coo array as a Tensor on its own buffers after the cheap checks, or None (see
     :func:`_trusted_compressed`): SciPy checks the bounds when it builds one, but ``coords`` may
     have been reassigned since, so each coordinate array gets one unsigned ``max``."""
-    from ust.tensor import Tensor
-
     coords, data = tuple(A.coords), A.data
     if len(coords) != len(shape) or _plain(*coords) is None:
         return None
@@ -163,12 +191,11 @@ def from_scipy(A: Any) -> Tensor:
     """A Tensor around a scipy.sparse array or matrix (its buffers, where they map 1:1).
 
     csr, csc and coo in int32/int64 take the trusted path (:func:`_trusted_compressed`): O(1)
-    checks of what SciPy keeps, one NumPy pass for the bounds, no Python per entry.  Anything
+    checks of what SciPy keeps, the bounds owed to the first read of the index buffers (csr /
+    csc flagged canonical) or one NumPy pass at once (coo), no Python per entry.  Anything
     that fails those checks, and the other formats, go through the fully checked path below,
     which raises ust's error naming the problem.
     """
-    from ust.tensor import Tensor
-
     fmt_name = A.format
     if fmt_name in _CSR_CSC and A.ndim == 2:
         t = _trusted_compressed(A, tuple(map(int, A.shape)))
@@ -243,6 +270,12 @@ def from_scipy(A: Any) -> Tensor:
     raise UnsupportedError(f"scipy format {fmt_name!r}; supported: csr, csc, coo, bsr, dia, lil, dok")
 
 
+def check_scipy(A: Any) -> None:
+    """Every check of :func:`from_scipy` on ``A`` at once, the deferred ones included: for routes
+    that hand ``A`` itself to SciPy's compiled code, which reads out of bounds where they fail."""
+    from_scipy(A)._settle()
+
+
 def _compressed_label(A: Any, base: Format, *, level: int, nnz: int, checked: bool = False) -> Format:
     """csr/csc/bsr: the standard format, or its nonordered / nonunique variant (``checked``:
     the caller has verified ``indptr`` already, as the trusted intake does)."""
@@ -275,8 +308,6 @@ def _compressed_label(A: Any, base: Format, *, level: int, nnz: int, checked: bo
 
 
 def _from_dia(A: Any, shape: tuple[int, ...]) -> Tensor:
-    from ust.tensor import Tensor
-
     (offsets,) = _index_pair(A.offsets)
     data = A.data
     check_value_dtype(data.dtype)
@@ -309,8 +340,6 @@ def _from_dia(A: Any, shape: tuple[int, ...]) -> Tensor:
 
 def from_scipy_trusted(A: Any, fmt: Format) -> Tensor:
     """A library route's result (canonical by construction) in ``fmt``, without checks."""
-    from ust.tensor import Tensor
-
     shape = tuple(map(int, A.shape))
     name = A.format
     if name in _CSR_CSC and _plain(A.indptr, A.indices) is not None and fmt == _CSR_CSC[name]:

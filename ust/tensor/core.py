@@ -91,6 +91,7 @@ class Tensor:
         "_format",
         "_index_dtype",
         "_nnz",
+        "_owed",
         "_pos",
         "_shape",
         "_values",
@@ -150,6 +151,7 @@ class Tensor:
         self._values = vals
         self._index_dtype = itype
         self._nnz: int | None = None
+        self._owed: Any = None
 
     @classmethod
     def _trusted(
@@ -159,10 +161,14 @@ class Tensor:
         values: Any,
         pos: tuple[Any, ...],
         crd: tuple[Any, ...],
+        owed: Any = None,
     ) -> Tensor:
         """A tensor around buffers its caller has already checked (intake of a library's
         object, :mod:`ust.convert.scipy`): no resolving, no casting, no validation.  ``pos`` /
-        ``crd`` hold one entry per level (None where the level stores none), in one index dtype."""
+        ``crd`` hold one entry per level (None where the level stores none), in one index dtype.
+
+        ``owed``: a check the caller deferred (``owed(bufs)`` raises ust's error when the
+        buffers fail it), run once by the first read of the index buffers (:meth:`_settle`)."""
         t = cls.__new__(cls)
         t._shape = shape
         t._format = fmt
@@ -172,7 +178,18 @@ class Tensor:
         first = next((a for a in (*pos, *crd) if a is not None), None)
         t._index_dtype = np.dtype(np.int64) if first is None else first.dtype
         t._nnz = None
+        t._owed = owed
         return t
+
+    def _settle(self) -> None:
+        """Run the check the intake deferred (:meth:`_trusted`'s ``owed``), once: every read of
+        the index buffers (:meth:`pos`, :meth:`crd`, :attr:`bufs`, :meth:`buffers`) comes here
+        first, so no kernel or conversion of ust sees buffers that fail it.  A failure raises
+        each time (the tensor stays unchecked)."""
+        owed = self._owed
+        if owed is not None:
+            owed(Buffers(self._shape, self._format, self._pos, self._crd, self._values))
+            self._owed = None
 
     @classmethod
     def from_buffers(
@@ -228,10 +245,14 @@ class Tensor:
 
     def pos(self, level: int) -> Any:
         """Positions of ``level`` (None where the level stores none)."""
+        if self._owed is not None:
+            self._settle()
         return self._pos[level]
 
     def crd(self, level: int) -> Any:
         """Coordinates of ``level`` (None where the level stores none)."""
+        if self._owed is not None:
+            self._settle()
         return self._crd[level]
 
     @property
@@ -264,6 +285,13 @@ class Tensor:
 
     def buffers(self) -> dict[str, Any]:
         """Named buffers in level order: ``pos{k}``, ``crd{k}``, ``values`` (for writers)."""
+        if self._owed is not None:
+            self._settle()
+        return self._named_buffers()
+
+    def _named_buffers(self) -> dict[str, Any]:
+        """:meth:`buffers` without the deferred check (what ``repr`` and ``nbytes`` read: sizes
+        and a few leading elements, never an index followed)."""
         out: dict[str, Any] = {}
         for k in range(self._format.nlevels):
             if self._pos[k] is not None:
@@ -276,6 +304,8 @@ class Tensor:
     @property
     def bufs(self) -> Buffers:
         """The frozen record of the storage (shape, format, pos, crd, values; no copy)."""
+        if self._owed is not None:
+            self._settle()
         return Buffers(self._shape, self._format, self._pos, self._crd, self._values)
 
     def _caps(self) -> list[int]:
@@ -290,7 +320,7 @@ class Tensor:
             f"<ust.Tensor {name} {fmt.map_text()}\n  shape={self._shape} dtype={self.dtype} "
             f"index={self._index_dtype} nse={self.nse} device={self.device}"
         )
-        parts = [f"{k}{_shape_text(a)}={_brief(a)}" for k, a in self.buffers().items()]
+        parts = [f"{k}{_shape_text(a)}={_brief(a)}" for k, a in self._named_buffers().items()]
         return head + "\n  " + "  ".join(parts) + ">"
 
     # -- conversions ------------------------------------------------------------------------
@@ -339,7 +369,7 @@ class Tensor:
 
     def _with_fill_value(self, fill: Any) -> Tensor:
         """This tensor's storage with another :attr:`fill_value` (the buffers shared)."""
-        t = Tensor._trusted(self._shape, self._format, self._values, self._pos, self._crd)
+        t = Tensor._trusted(self._shape, self._format, self._values, self._pos, self._crd, self._owed)
         t._index_dtype = self._index_dtype
         t._fill_value = fill
         return t
@@ -352,7 +382,7 @@ class Tensor:
         if fill == 0:
             return dense
         ones = Tensor._trusted(
-            self._shape, self._format, self.xp.ones_like(self._values), self._pos, self._crd
+            self._shape, self._format, self.xp.ones_like(self._values), self._pos, self._crd, self._owed
         )
         stored = conversion("todense")(ones) != 0
         return self.xp.where(stored, dense, self.xp.asarray(fill, dtype=dense.dtype))
@@ -457,7 +487,7 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         """Bytes of every stored buffer (positions, coordinates, values)."""
-        return sum(int(a.nbytes) for a in self.buffers().values())
+        return sum(int(a.nbytes) for a in self._named_buffers().values())
 
     @property
     def has_canonical_format(self) -> bool:
@@ -581,7 +611,7 @@ class Tensor:
         """Take ``other``'s storage (the in-place methods: this object gets new buffers)."""
         self._shape, self._format = other._shape, other._format
         self._pos, self._crd, self._values = other._pos, other._crd, other._values
-        self._index_dtype, self._nnz = other._index_dtype, other._nnz
+        self._index_dtype, self._nnz, self._owed = other._index_dtype, other._nnz, other._owed
 
     def to(self, device: str | int) -> Tensor:
         """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""
@@ -621,6 +651,7 @@ class Tensor:
             check=False,
         )
         t._nnz = self._nnz
+        t._owed = self._owed  # copies of unchecked buffers are as unchecked
         return t
 
 
