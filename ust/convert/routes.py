@@ -20,6 +20,7 @@ import numpy as np
 
 from ust.convert.dia import dia_to_compressed
 from ust.convert.layouts import library_layout
+from ust.formats.library import get as get_format
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.runtime.log import get_logger
@@ -55,10 +56,17 @@ def _tobsr(a: Any, bs: Any) -> Any:
     return csr_tobsr_sorted(a, bs)
 
 
+def _transpose(a: Any, bs: Any) -> Any:
+    """SciPy's csr -> csc (or csc -> csr) kernel without its Python around it."""
+    from ust.convert.scipy import compressed_transpose
+
+    return compressed_transpose(a)
+
+
 CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
-    ("csr", "csc"): ("scipy csr.tocsc", lambda a, bs: a.tocsc()),
+    ("csr", "csc"): ("scipy csr.tocsc", _transpose),
     ("csr", "coo"): ("scipy csr.tocoo", lambda a, bs: a.tocoo()),
-    ("csc", "csr"): ("scipy csc.tocsr", lambda a, bs: a.tocsr()),
+    ("csc", "csr"): ("scipy csc.tocsr", _transpose),
     ("csc", "coo"): ("scipy csc.tocsr.tocoo", lambda a, bs: a.tocsr().tocoo()),
     ("coo", "csr"): ("scipy coo.tocsr", lambda a, bs: a.tocsr()),
     ("coo", "csc"): ("scipy coo.tocsc", lambda a, bs: a.tocsc()),
@@ -260,16 +268,24 @@ def _cast_index(t: Tensor, itype: np.dtype) -> Tensor:
     )
 
 
+#: the canonical CSR and CSC formats, whose transpose runs on the buffers (:func:`_run_library`)
+_STANDARD_CSR_CSC = frozenset({get_format("CSR"), get_format("CSC")})
+
+
 def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.dtype | None) -> Tensor:
     import warnings
 
     if t.device == "cpu":
-        from ust.convert.scipy import from_scipy_trusted, to_scipy
+        from ust.convert.scipy import from_scipy_trusted, to_scipy, transpose_tensor
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = fn(to_scipy(t), blocksize)
-        out = from_scipy_trusted(res, fmt)
+        direct = transpose_tensor(t, fmt) if fn is _transpose and t.format in _STANDARD_CSR_CSC else None
+        if direct is not None:  # SciPy's kernel on the buffers: no SciPy objects around them
+            out = direct
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = fn(to_scipy(t), blocksize)
+            out = from_scipy_trusted(res, fmt)
     else:
         from ust.convert.cupyx import from_cupyx_trusted, to_cupyx
 

@@ -167,8 +167,9 @@ class Tensor:
         object, :mod:`ust.convert.scipy`): no resolving, no casting, no validation.  ``pos`` /
         ``crd`` hold one entry per level (None where the level stores none), in one index dtype.
 
-        ``owed``: a check the caller deferred (``owed(bufs)`` raises ust's error when the
-        buffers fail it), run once by the first read of the index buffers (:meth:`_settle`)."""
+        ``owed``: a check the caller deferred (``owed(shape, format, pos, crd, values)`` raises
+        ust's error when the buffers fail it), run once by the first read of the index buffers
+        (:meth:`_settle`)."""
         t = cls.__new__(cls)
         t._shape = shape
         t._format = fmt
@@ -188,7 +189,7 @@ class Tensor:
         each time (the tensor stays unchecked)."""
         owed = self._owed
         if owed is not None:
-            owed(Buffers(self._shape, self._format, self._pos, self._crd, self._values))
+            owed(self._shape, self._format, self._pos, self._crd, self._values)
             self._owed = None
 
     @classmethod

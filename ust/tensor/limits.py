@@ -99,8 +99,13 @@ def default_index_dtype(source: Any, fmt: Format, shape: tuple[int, ...], nse: i
     stores, so that a kernel's position arithmetic in the index dtype never overflows."""
     if np.dtype(source) == _I64:
         return _I64
-    bound = max([0, nse, *(max(abs(lo), abs(hi)) for lo, hi in fmt.lvl_bounds(shape))])
-    return _I32 if bound <= I32_MAX else _I64
+    return _I32 if max(nse, _level_bound(fmt, tuple(shape))) <= I32_MAX else _I64
+
+
+@functools.lru_cache(maxsize=1024)
+def _level_bound(fmt: Format, shape: tuple[int, ...]) -> int:
+    """The largest magnitude of a level bound of ``fmt`` for ``shape`` (kept: every conversion asks)."""
+    return max([0, *(max(abs(lo), abs(hi)) for lo, hi in fmt.lvl_bounds(shape))])
 
 
 # ----------------------------------------------------------------------------- storage size
@@ -108,7 +113,7 @@ def default_index_dtype(source: Any, fmt: Format, shape: tuple[int, ...], nse: i
 
 def min_value_slots(fmt: Format, shape: tuple[int, ...], n_entries: int) -> int:
     """The fewest value slots (``nse``) ``fmt`` stores for ``n_entries`` entries of ``shape``."""
-    return _min_storage(fmt, shape, n_entries, 0, 1)[2]
+    return _min_storage(fmt, tuple(shape), n_entries, 0, 1)[2]
 
 
 def min_storage_bytes(
@@ -118,10 +123,11 @@ def min_storage_bytes(
     whatever the entries: the ``pos`` arrays under dense levels and the value slots that dense
     and range levels multiply (a compressed level is counted with one position), and which
     buffer dominates.  Coordinates are not counted (they are O(nnz))."""
-    total, what, _ = _min_storage(fmt, shape, n_entries, index_itemsize, value_itemsize)
+    total, what, _ = _min_storage(fmt, tuple(shape), n_entries, index_itemsize, value_itemsize)
     return total, what
 
 
+@functools.lru_cache(maxsize=1024)
 def _min_storage(
     fmt: Format, shape: tuple[int, ...], n_entries: int, index_itemsize: int, value_itemsize: int
 ) -> tuple[int, str, int]:
