@@ -55,28 +55,34 @@ def check_permutation(perm: Any, n: int, what: str = "the permutation") -> np.nd
     return out
 
 
-#: Entries up to which the symmetry test sorts keys (a small sort beats SciPy's conversion,
-#: whose constructor checks cost more than the whole transpose of a small matrix).
-_SORT_LIMIT = 1 << 16
-
-
 def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
     """True when the nonzero pattern of ``a`` equals that of its transpose (values ignored).
 
     A canonical CSR (sorted, no duplicates) compares its index arrays with those of its CSC
-    copy (SciPy's transpose sorts): one conversion, no sparse comparison (three constructions
-    and a merge, a third of a one-shot solve of a small matrix)."""
+    copy (SciPy's transpose kernel sorts, :func:`ust.convert.scipy.compressed_transpose`): one
+    O(nnz) pass, no sparse comparison (three constructions and a merge, a third of a one-shot
+    solve of a small matrix)."""
     if a.has_canonical_format:
-        n, nnz = a.shape[0], int(a.indptr[-1])
-        if nnz <= _SORT_LIMIT:  # (row, col) keys against sorted (col, row) keys: NumPy only
-            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.indptr))
-            cols = a.indices[:nnz].astype(np.int64)
-            return bool(np.array_equal(rows * n + cols, np.sort(cols * n + rows)))
-        c = a.tocsc()
+        from ust.convert.scipy import compressed_transpose
+
+        c = compressed_transpose(a)  # SciPy's transpose kernel alone: O(nnz), no sort
         return bool(np.array_equal(a.indptr, c.indptr) and np.array_equal(a.indices, c.indices))
     p = a.copy()
     p.data = np.ones_like(p.data, dtype=np.int8)
     return bool((p != p.T).nnz == 0)
+
+
+def _csc(m: Any) -> sp.csc_matrix:
+    """``m`` as a SciPy CSC matrix: a canonical CSR by SciPy's transpose kernel alone (the same
+    buffers as ``tocsc``, without its Python), anything else by SciPy's conversion."""
+    if m.format == "csr" and m.has_canonical_format:
+        from ust.convert.scipy import compressed_array, compressed_transpose
+
+        c = compressed_transpose(m)
+        out = compressed_array(sp.csc_matrix, c.data, c.indices, c.indptr, m.shape)
+        out.has_canonical_format = True  # the transpose of a canonical matrix is canonical
+        return out
+    return sp.csc_matrix(m)
 
 
 def _inf_norm(a: sp.csr_matrix) -> float:
@@ -148,7 +154,7 @@ class SuperLUFactorization:
         s = self.settings
         try:
             return sla.splu(
-                sp.csc_matrix(m),
+                _csc(m),
                 permc_spec=spec,
                 diag_pivot_thresh=s.diag_pivot_thresh,
                 options={"SymmetricMode": s.symmetric},
