@@ -10,6 +10,7 @@ the reason are logged on ``ust.convert``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -268,8 +269,11 @@ def _cast_index(t: Tensor, itype: np.dtype) -> Tensor:
     )
 
 
-#: the canonical CSR and CSC formats, whose transpose runs on the buffers (:func:`_run_library`)
-_STANDARD_CSR_CSC = frozenset({get_format("CSR"), get_format("CSC")})
+@functools.cache
+def _standard_csr_csc() -> frozenset[Format]:
+    """The canonical CSR and CSC formats, whose transpose runs on the buffers (:func:`_run_library`);
+    built on first use, so ``import ust`` parses no format."""
+    return frozenset({get_format("CSR"), get_format("CSC")})
 
 
 def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.dtype | None) -> Tensor:
@@ -278,7 +282,7 @@ def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.d
     if t.device == "cpu":
         from ust.convert.scipy import from_scipy_trusted, to_scipy, transpose_tensor
 
-        direct = transpose_tensor(t, fmt) if fn is _transpose and t.format in _STANDARD_CSR_CSC else None
+        direct = transpose_tensor(t, fmt) if fn is _transpose and t.format in _standard_csr_csc() else None
         if direct is not None:  # SciPy's kernel on the buffers: no SciPy objects around them
             out = direct
         else:
