@@ -390,3 +390,36 @@ def test_import_ust_builds_no_parser() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "0", "True", "1"]
+
+
+# ----------------------------------------------------------------- the shipped parse tables
+
+
+def test_shipped_parser_tables_are_current() -> None:
+    """ust/grammar/_tables.py fits the grammar (else: python scripts/gen_parser_tables.py)."""
+    import lark
+
+    from ust.grammar import _tables
+
+    grammar = grammar_parser._grammar()
+    assert grammar_parser._grammar_sha256(grammar) == _tables.GRAMMAR_SHA256, (
+        "ust.lark changed: run python scripts/gen_parser_tables.py"
+    )
+    if lark.__version__ != _tables.LARK_VERSION:
+        pytest.skip(f"tables made with Lark {_tables.LARK_VERSION}, Lark {lark.__version__} installed")
+    text = resources.files("ust.grammar").joinpath("_tables.py").read_text(encoding="utf-8")
+    assert grammar_parser.tables_source() == text
+
+
+def test_parser_tables_are_used_only_for_their_grammar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables load for the grammar they were made from; any other grammar text builds."""
+    import lark
+
+    from ust.grammar import _tables
+
+    grammar = grammar_parser._grammar()
+    loaded = grammar_parser._load_tables(grammar)
+    assert (loaded is not None) == (lark.__version__ == _tables.LARK_VERSION)
+    assert grammar_parser._load_tables(grammar + "\n// edited\n") is None
+    monkeypatch.setattr(_tables, "LARK_VERSION", "0.0")
+    assert grammar_parser._load_tables(grammar) is None

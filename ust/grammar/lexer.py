@@ -20,6 +20,28 @@ from lark import Lark, Token
 __all__ = ["install_fast_lexer"]
 
 
+class _Tables(dict[int, "tuple[Any, dict[str, Any], frozenset[str]] | None"]):
+    """Per-parser-state scanner tables, made on first use of each state.
+
+    Why: compiling the regex of every state up front cost ~10 ms per process, while one
+    format text visits a handful of states.
+    """
+
+    def __init__(self, lexers: dict[int, Any]) -> None:
+        super().__init__()
+        self.lexers = lexers
+
+    def __missing__(self, state: int) -> tuple[Any, dict[str, Any], frozenset[str]] | None:
+        lexer: Any = self.lexers.get(state)
+        try:
+            mres: Any = lexer.scanner._mres if lexer is not None else ()
+            table = (mres[0], dict(lexer.callback), frozenset(lexer.ignore_types)) if len(mres) == 1 else None
+        except (AttributeError, TypeError, KeyError, re.error):  # another Lark's internals: its own loop
+            table = None
+        self[state] = table
+        return table
+
+
 class _FastContextualLexer:
     """Wraps a built ``lark.lexer.ContextualLexer`` (same scanners, leaner loop)."""
 
@@ -30,12 +52,7 @@ class _FastContextualLexer:
         patterns = [root.terminals_by_name[n].pattern.to_regexp() for n in ignore]
         self.skip = re.compile("(?:" + "|".join(f"(?:{p})" for p in patterns) + ")*") if patterns else None
         # parser state -> (compiled regex, keyword callbacks, ignored types), None = use Lark
-        self.tables: dict[int, tuple[Any, dict[str, Any], frozenset[str]] | None] = {}
-        for state, lexer in inner.lexers.items():
-            mres = lexer.scanner._mres
-            self.tables[state] = (
-                (mres[0], dict(lexer.callback), frozenset(lexer.ignore_types)) if len(mres) == 1 else None
-            )
+        self.tables = _Tables(inner.lexers)
 
     def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
         text_obj = lexer_state.text
@@ -55,7 +72,7 @@ class _FastContextualLexer:
                     pos = nxt
             if pos >= end:
                 return
-            table = tables.get(parser_state.position)
+            table = tables[parser_state.position]
             m = table[0].match(text, pos, end) if table is not None else None
             if m is None or m.lastgroup in table[2]:  # type: ignore[index]
                 # Lark's own loop from here: exact errors, and any case this loop skips
