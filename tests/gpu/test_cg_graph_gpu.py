@@ -19,23 +19,7 @@ pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
 
-
-def poisson2d(m: int) -> sp.csr_array:
-    t = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(m, m))
-    e = sp.eye_array(m)
-    return (sp.kron(t, e) + sp.kron(e, t)).tocsr()
-
-
-def _count_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    step = kk.cg_step
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return step(*args, **kwargs)
-
-    monkeypatch.setattr(kk, "cg_step", counted)
-    return calls
+from tests.gpu.test_krylov_kernels_gpu import _count_steps, poisson2d  # noqa: E402
 
 
 def _system(dtype: str, fmt: str, m: int = 40) -> tuple[Any, Any]:

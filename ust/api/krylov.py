@@ -224,8 +224,7 @@ def _graphed(s: _Setup, x0: Vector | None, ops: Any, dinv: Vector | None) -> Kry
         or (s.psolve is not None and dinv is None)
     ):
         return None
-    into(s.b, s.xp.empty_like(s.b))  # plans the product for this vector (and binds its launch)
-    if not capturable(s.b):
+    if not capturable(s.b):  # planned when the operator was set up (else: the eager loop plans it)
         return None
     from ust.api.cg_graph import cg_graphed
 

@@ -32,6 +32,7 @@ so user names never collide with each other or with C keywords.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -874,41 +875,16 @@ def lower_compute(
             if lv.kind not in WALKABLE:
                 raise UnsupportedError(f"level kind {lv.kind!r} is not walked by the compiler; convert first")
     assembly = "blocks" if (output == "sparse" and blocks and mode == "workspace") else "two-pass"
+    lower = functools.partial(
+        _lower_passes, expr, operands, order, output, semiring, value_dtype, mode, atomic, name, mark_dtype
+    )
     if assembly == "blocks":
-        ck = _lower_passes(
-            expr,
-            operands,
-            order,
-            output,
-            semiring,
-            value_dtype,
-            mode,
-            atomic,
-            name,
-            mark_dtype,
-            ("bound", "fill"),
-            True,
-            crd_dtype,
-        )
+        ck = lower(("bound", "fill"), True, crd_dtype)
         if ck is not None:
             return ck
         assembly = "two-pass"
     passes: tuple[str, ...] = ("count", "fill") if output == "sparse" else ("main",)
-    ck = _lower_passes(
-        expr,
-        operands,
-        order,
-        output,
-        semiring,
-        value_dtype,
-        mode,
-        atomic,
-        name,
-        mark_dtype,
-        passes,
-        False,
-        crd_dtype,
-    )
+    ck = lower(passes, False, crd_dtype)
     assert ck is not None
     return ck
 

@@ -363,9 +363,7 @@ def sum_partials(part: Any, count: int, *, out: Any = None) -> Any:
     dt = _dtype(part.dtype)
     with cp.cuda.Device(dev):
         res = cp.empty(1, dtype=dt) if out is None else _buffer(cp, out, 1, dt, "out")
-        fns = _functions(dt.name, dev)
-        fns["ust_krylov_sum_rows"]((1,), (BLOCK,), (part, np.int64(count), res))
-        return res.reshape(())
+        return _sums(cp, _functions(dt.name, dev), part, int(count), 1, dt, res).reshape(())
 
 
 def cg_step(
