@@ -94,3 +94,26 @@ def test_stateful_execute_keeps_its_result_buffer() -> None:
     mm = ust.Matmul(t, x, options={"route": "generated-cuda"})
     mm.plan()
     assert mm.execute() is mm.execute()  # the stateful object's buffer, as before
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("fmt", ["CSR", "CSC", "COO", "DIA", "(i, j) -> (i : dense, j : loose_compressed)"])
+def test_cached_one_shot_on_the_device_is_exact_and_fresh_on_every_route(fmt: str, order: str) -> None:
+    """The cached one-shot call hands B to the executor as it is (no placement redone): cuSPARSE
+    routes get a new result buffer each call, generated ones make their own; never an alias."""
+    a, t = _matrix(fmt)
+    rng = np.random.default_rng(2)
+    xs = [cp.asarray(rng.standard_normal((64, 3)), order=order) for _ in range(3)]
+    v = [cp.asarray(rng.standard_normal(64)) for _ in range(3)]
+    for batch in (xs, v):
+        got = [ust.matmul(t, x) for x in batch] + [ust.matmul(t, batch[0])]
+        for g, x in zip(got, [*batch, batch[0]], strict=True):
+            np.testing.assert_allclose(cp.asnumpy(g), a @ cp.asnumpy(x), rtol=1e-12, atol=1e-12)
+        assert len({g.data.ptr for g in got}) == len(got)
+    y0 = cp.asarray(rng.standard_normal(64))
+    for _ in range(2):  # C and beta through the cached call too
+        got = ust.matmul(t, v[0], y0, alpha=2.0, beta=-1.0)
+        want = 2.0 * (a @ cp.asnumpy(v[0])) - cp.asnumpy(y0)
+        np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-12, atol=1e-12)
+    x32 = v[1].astype(np.float32)  # another dtype: a plan of its own, still exact
+    np.testing.assert_allclose(cp.asnumpy(ust.matmul(t, x32)), a @ cp.asnumpy(x32), rtol=1e-5, atol=1e-5)

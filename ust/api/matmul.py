@@ -9,6 +9,7 @@ space of ``B``.  The fused form is always one library call or one generated kern
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import OrderedDict
 from typing import Any
@@ -267,16 +268,16 @@ class Matmul(StatefulOperation):
         # the compute dtype, C-contiguous or (2-D) Fortran order; strided views are copied
         from ust.backends.generated.launch import array_layout, dense_operand
 
-        self._b_as_is = (  # B needs no copy: its dtype and layout are the kernel's
-            type(self.b) is np.ndarray
-            and self.b.dtype == np.dtype(self.dtype)
-            and array_layout(self.b) is not None
-        )
+        moved_b = self.b
         self.b = dense_operand(xp, self.b, self.dtype)
+        # B needs no copy (its dtype and layout are the kernel's) and was not moved: a one-shot
+        # call whose key fixes B's dtype, layout and space may hand its B straight to the executor
+        self._b_as_is = self.b is moved_b and moved_b is self._b_in
         if self.c is not None:
             self.c = dense_operand(xp, self.c, self.dtype)
         shape = self._result_shape(self.a, _dense_shape(self.b))
         order = "F" if self.b.ndim == 2 and array_layout(self.b) == "col" else "C"
+        self._out_order = order
         spare, self._spare_out = self._spare_out, None  # a one-shot call's unused result buffer
         self.out = (
             spare
@@ -332,6 +333,8 @@ class Matmul(StatefulOperation):
                 b = _dense_operand()(np, b, self.dtype)
             c = None if c is None or self.beta == 0 else _dense_operand()(np, c, self.dtype)
             return self.executor.run(b, c, None, 0)
+        if self._direct and self._b_as_is and self.executor is not None:
+            return self._run_on_device(b, c, stream)
         self._stream_arg = stream
         self.reset_operands_unchecked(b=b, c=c) if c is not None else self.reset_operands_unchecked(b=b)
         out = self.execute()
@@ -340,6 +343,26 @@ class Matmul(StatefulOperation):
         if detach is not None:  # an executor that keeps its result buffer must not reuse it
             detach()
         return out
+
+    def _run_on_device(self, b: Any, c: Any, stream: Any) -> Any:
+        """The GPU twin of the CPU branch of :meth:`_run_cached`: B handed to the executor as it
+        is (the key fixed its dtype, layout and device, and planning took it without a copy), a
+        result made only where the executor does not make its own, no placement redone."""
+        xp = self._xp()
+        if c is not None and self.beta != 0:
+            c = _dense_operand()(xp, c, self.dtype)
+        else:
+            c = None
+        ex = self.executor
+        out = None
+        if not getattr(ex, "allocates_result", False):
+            with xp.cuda.Device(self.space.device_id or 0):
+                out = xp.empty(self._result_shape(self.a, b.shape), dtype=self.dtype, order=self._out_order)
+        result = ex.run(b, c, out, self._place.stream(stream))
+        detach = getattr(ex, "detach", None)
+        if detach is not None:  # the result is the caller's: the next run must not write into it
+            detach()
+        return result
 
     def _deliver(self, out: Any) -> Any:
         """The result in B's package and memory space (copied only when spaces differ)."""
@@ -626,9 +649,14 @@ def _dense_operand() -> Any:
 def _dense_key(x: Any) -> tuple[Any, ...]:
     """What a cached plan fixes about a dense operand: shape, dtype, layout, package, space
     (a NumPy array's in O(1) without string formatting: it is on every one-shot call)."""
-    if type(x) is np.ndarray and x.ndim <= 2:  # the flags fix array_layout for 1-D and 2-D
+    t = type(x)
+    if t is np.ndarray and x.ndim <= 2:  # the flags fix array_layout for 1-D and 2-D
         flags = x.flags
         return (np.ndarray, x.shape, x.dtype, flags.c_contiguous, flags.f_contiguous)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and t is getattr(cupy, "ndarray", None) and x.ndim <= 2:  # the same, and its device
+        flags = x.flags
+        return (t, x.shape, x.dtype, flags.c_contiguous, flags.f_contiguous, x.data.device_id)
     return (tuple(x.shape), str(x.dtype), _layout_key(x), operand_package(x), str(operand_space(x)))
 
 

@@ -7,6 +7,7 @@ to int32 when the sizes allow (a copy only when the tensor holds int64 indices).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,19 +36,86 @@ def _index(*arrays: Any) -> list[Any]:
     return [a.astype(np.int64) for a in arrays]
 
 
-_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+@functools.cache
+def _bounds_kernel() -> Any:
+    """One pass over a csr/csc's ``indptr`` and ``indices``: any decrease of ``indptr``, any index
+    outside ``[0, n)`` (a negative one read as a huge unsigned one), ``indptr[0] != 0`` set
+    ``out[0]``; ``out[1]`` gets ``indptr[m]`` (where the entries end)."""
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "raw I indptr, raw I indices, int64 m, int64 nidx, uint64 n",
+        "raw uint64 out",
+        """
+        bool bad = false;
+        if (i < m && indptr[i + 1] < indptr[i]) bad = true;
+        if (i < nidx && (unsigned long long)(long long)indices[i] >= n) bad = true;
+        if (i == 0) {
+            out[1] = (unsigned long long)(long long)indptr[m];
+            if (indptr[0] != 0) bad = true;
+        }
+        if (bad) atomicOr(&out[0], 1ULL);
+        """,
+        "ust_compressed_bounds",
+    )
+
+
+def _bounds(indptr: Any, indices: Any, n: int) -> tuple[bool, int]:
+    """(sound, where the entries end) of a csr/csc's index arrays: one kernel, one transfer."""
+    import cupy
+
+    m, nidx = int(indptr.shape[0]) - 1, int(indices.shape[0])
+    out = cupy.zeros(2, dtype=np.uint64)
+    _bounds_kernel()(indptr, indices, m, nidx, n, out, size=max(m, nidx, 1))
+    flag, end = (int(v) for v in out.get())
+    return not flag and end <= nidx, end
+
+
+class _OwedBounds:
+    """The checks a cupyx csr/csc intake defers (a callable: :meth:`ust.Tensor._settle` runs it)."""
+
+    #: the check may return trimmed buffers: reads of ``values`` and ``nse`` settle it first
+    trims = True
+
+    def __call__(
+        self, shape: tuple[int, ...], fmt: Format, pos: tuple, crd: tuple, values: Any
+    ) -> tuple[tuple, tuple, Any] | None:
+        """The checks a cupyx csr/csc intake defers to the first read of its buffers
+        (:meth:`ust.Tensor._settle`): ``indptr`` starts at 0, never decreases and ends within
+        ``indices``; every index in ``[0, N)``.  Where the entries end before the arrays do (cupyx
+        counts ``data.size`` as nnz, SciPy ``indptr[-1]``: ust follows SciPy, as the checked path
+        does) the trimmed buffers are returned; a failure is worded by the checked path."""
+        indptr, indices = pos[1], crd[1]
+        ok, end = _bounds(indptr, indices, shape[1] if fmt == get("CSR") else shape[0])
+        if not ok:
+            from ust.tensor.buffers import Buffers
+            from ust.tensor.validate import check_buffers
+
+            nidx = int(indices.shape[0])
+            if end > nidx:
+                name = "csr" if fmt == get("CSR") else "csc"
+                raise ShapeError(f"{name} indices hold {nidx} entries but indptr ends at {end}")
+            check_buffers(Buffers(shape, fmt, pos, crd, values), "bounds")
+            raise ShapeError(
+                "csr/csc indptr decreases or an index lies outside the matrix"
+            )  # pragma: no cover
+        if end == int(indices.shape[0]) and end == int(values.shape[0]):
+            return None
+        return pos, (None, indices[:end]), values[:end]
+
+
+_owed_compressed = _OwedBounds()
 
 
 def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
-    """A csr/csc matrix as a Tensor on its own buffers after one device reduction and one
-    transfer, or None when a check fails (the checked path then words the error).
+    """A csr/csc matrix as a Tensor on its own buffers after O(1) checks, or None when one
+    fails (the checked path then words the error).
 
-    What the checked path verifies with a transfer per fact (``indptr`` starts at 0, never
-    decreases, ends within ``indices``; every index in ``[0, N)``) is computed on the device
-    into one flag, read back together with ``nnz``: two values, one synchronisation, where the
-    checked path took six or more (a GPU round trip each).  Order and uniqueness come from
-    cupyx's flags, as on the checked path.
-    """
+    Nothing is read from the device: the checks of ``indptr`` and ``indices`` (one kernel, one
+    transfer, :func:`_bounds`) are owed to the first read of the tensor's buffers, as for a
+    SciPy intake (:func:`ust.convert.scipy._trusted_compressed`).  Order and uniqueness come
+    from cupyx's cached flags; where cupyx has not cached them, its own probe reads the index
+    arrays, so the checks run at once first."""
     import cupy
 
     from ust.tensor import Tensor
@@ -56,27 +124,25 @@ def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     if not all(type(a) is cupy.ndarray and a.ndim == 1 for a in (indptr, indices, data)):
         return None
     itype = np.dtype(indptr.dtype)
-    if itype not in _UNSIGNED or np.dtype(indices.dtype) != itype:
+    if itype not in INDEX_DTYPES or np.dtype(indices.dtype) != itype:
         return None
-    M, N = shape if A.format == "csr" else shape[::-1]
+    M = shape[0] if A.format == "csr" else shape[1]
     if indptr.shape[0] != M + 1 or data.shape[0] < indices.shape[0]:
         return None
+    fmt = get(A.format.upper())
     nidx = int(indices.shape[0])
-    bad = (indptr[0] != 0) | (indptr[-1] > nidx) | (indptr[-1] < 0)
-    if M > 1:
-        bad = bad | (indptr[1:] < indptr[:-1]).any()
-    if nidx:  # read as unsigned, a negative index is a huge one
-        bad = bad | (indices.view(_UNSIGNED[itype]).max() >= N)
-    flag, nnz = (int(v) for v in cupy.stack([bad.astype(np.int64), indptr[-1].astype(np.int64)]).get())
-    if flag:
-        return None
-    base = get(A.format.upper())
-    fmt = base
-    if nnz and not bool(A.has_canonical_format):
+    vals = data if data.shape[0] == nidx else data[:nidx]
+    canonical = A.__dict__.get("_has_canonical_format")
+    if A.__dict__.get("_has_sorted_indices", True) is False:
+        return None  # cupyx says unsorted: the checked path labels it
+    if canonical is None:  # cupyx would probe the index arrays: check them first, now
+        ok, end = _bounds(indptr, indices, shape[1] if A.format == "csr" else shape[0])
+        if not ok or end != nidx or (nidx and not bool(A.has_canonical_format)):
+            return None  # the checked path words the error, trims, or labels the order
+        return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices))
+    if nidx and not canonical:
         return None  # unsorted or duplicated: the checked path labels it
-    crd = indices if nidx == nnz else indices[:nnz]
-    vals = data if data.shape[0] == nnz else data[:nnz]
-    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, crd))
+    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices), _owed_compressed)
 
 
 def from_cupyx(A: Any) -> Tensor:

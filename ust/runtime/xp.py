@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -67,6 +68,9 @@ def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
     """
     if module != "cupy" and module.partition(".")[0] not in ("cupy", "cupyx"):
         raise ValueError(f"import_cupy imports CuPy modules only, not {module!r}")
+    found = sys.modules.get(module)  # already imported (the per-call case): no import machinery
+    if found is not None and module == "cupy" and id(found) in _VERSION_CHECKED:
+        return found
     try:
         found = importlib.import_module(module)
     except ImportError as exc:

@@ -168,8 +168,9 @@ class Tensor:
         ``crd`` hold one entry per level (None where the level stores none), in one index dtype.
 
         ``owed``: a check the caller deferred (``owed(shape, format, pos, crd, values)`` raises
-        ust's error when the buffers fail it), run once by the first read of the index buffers
-        (:meth:`_settle`)."""
+        ust's error when the buffers fail it, and returns None, or the ``(pos, crd, values)`` to
+        hold instead where the entries end before the arrays do), run once by the first read
+        of the buffers (:meth:`_settle`)."""
         t = cls.__new__(cls)
         t._shape = shape
         t._format = fmt
@@ -185,11 +186,15 @@ class Tensor:
     def _settle(self) -> None:
         """Run the check the intake deferred (:meth:`_trusted`'s ``owed``), once: every read of
         the index buffers (:meth:`pos`, :meth:`crd`, :attr:`bufs`, :meth:`buffers`) comes here
-        first, so no kernel or conversion of ust sees buffers that fail it.  A failure raises
+        first (and of :attr:`values` / :attr:`nse` where the check may trim them: an owed check
+        with a true ``trims`` attribute), so no kernel or conversion of ust sees buffers that fail it.  A failure raises
         each time (the tensor stays unchecked)."""
         owed = self._owed
         if owed is not None:
-            owed(self._shape, self._format, self._pos, self._crd, self._values)
+            trimmed = owed(self._shape, self._format, self._pos, self._crd, self._values)
+            if trimmed is not None:
+                self._pos, self._crd, self._values = trimmed
+                self._nnz = None
             self._owed = None
 
     @classmethod
@@ -242,6 +247,8 @@ class Tensor:
 
     @property
     def values(self) -> Any:
+        if self._owed is not None and getattr(self._owed, "trims", False):
+            self._settle()  # a deferred check that may trim the values (a cupyx intake's)
         return self._values
 
     def pos(self, level: int) -> Any:
@@ -263,7 +270,7 @@ class Tensor:
         For a batched tensor this counts the slots of *all* members together (``B * capacity``,
         each member's capacity padding included), where MLIR's ``number_of_entries`` counts
         one member; :attr:`nnz` counts the entries inside the bounds (docs/storage.md)."""
-        return int(self._values.size)
+        return int(self.values.size)
 
     @property
     def nnz(self) -> int:

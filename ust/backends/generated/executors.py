@@ -32,6 +32,9 @@ _log = get_logger(__name__)
 class GeneratedMatmul:
     """``out = alpha * A @ b + beta * c`` through a kernel generated for A's format."""
 
+    #: ``run(b, c, None, stream)`` makes the result itself (a one-shot call passes no ``out``)
+    allocates_result = True
+
     def __init__(
         self, a: Any, alpha: complex, beta: complex, dtype: str, target: str, variant: Any = None
     ) -> None:

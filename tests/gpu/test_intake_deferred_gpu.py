@@ -1,0 +1,144 @@
+"""The deferred checks of the trusted cupyx intake (issue 18: zero-copy intake in O(1) on the GPU).
+
+A cupyx csr/csc whose cached flags say canonical is taken without touching the device; the
+checks of ``indptr`` and ``indices`` (one kernel, one transfer) are owed and run by the first
+read of the tensor's buffers.  Every route that reads them must raise ust's error before any
+work -- never read out of bounds -- as the CPU's deferred SciPy intake does
+(tests/test_intake_deferred.py), and entries that end before the arrays do are trimmed as the
+checked path trims them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+csp = pytest.importorskip("cupyx.scipy.sparse")
+
+import ust  # noqa: E402
+from ust.runtime.errors import FormatError, ShapeError  # noqa: E402
+
+N = 8
+
+
+def _host(kind: str = "csr", seed: int = 0) -> Any:
+    A = sp.random_array((N, N), density=0.4, format="csr", rng=seed) + N * sp.eye_array(N, format="csr")
+    A = sp.csr_matrix(A) if kind == "csr" else sp.csc_matrix(A)
+    A.sum_duplicates()
+    return A
+
+
+def _canonical(kind: str = "csr", seed: int = 0) -> Any:
+    """A cupyx csr/csc whose flags cupyx has cached as canonical (the deferred path)."""
+    H = _host(kind, seed)
+    cls = csp.csr_matrix if kind == "csr" else csp.csc_matrix
+    G = cls((cp.asarray(H.data), cp.asarray(H.indices), cp.asarray(H.indptr)), shape=H.shape)
+    assert G.has_canonical_format  # cupyx probes once and caches the flag
+    return G
+
+
+def _spoil(G: Any, how: str) -> Any:
+    """Change the buffers after cupyx cached its flags (they still say canonical)."""
+    if how == "index-too-large":
+        G.indices[1] = 1 << 20
+    elif how == "index-negative":
+        G.indices[1] = -3
+    elif how == "index-at-extent":
+        G.indices[-1] = N
+    elif how == "indptr-decreasing":
+        G.indptr[2] = G.indptr[4]
+    elif how == "indptr-past-the-end":
+        G.indptr[-1] = G.indices.shape[0] + 5
+    return G
+
+
+BAD = ["index-too-large", "index-negative", "index-at-extent", "indptr-decreasing", "indptr-past-the-end"]
+
+
+def _x() -> Any:
+    return cp.ones(N)
+
+
+ROUTES: dict[str, Callable[[Any], Any]] = {
+    "todense": lambda G: ust.asarray(G).todense(),
+    "to_cupyx": lambda G: ust.asarray(G).to_cupyx(),
+    "convert CSR <-> CSC": lambda G: ust.asarray(G).convert("CSC" if G.format == "csr" else "CSR"),
+    "convert COO": lambda G: ust.asarray(G).convert("COO"),
+    "convert DCSR": lambda G: ust.asarray(G).convert("DCSR"),
+    "matmul(G, x)": lambda G: ust.matmul(G, _x()),
+    "matmul(t, x)": lambda G: ust.matmul(ust.asarray(G), _x()),
+    "Matmul.plan": lambda G: ust.Matmul(G, _x()).plan(),
+    "t + t": lambda G: ust.asarray(G) + ust.asarray(G),
+    "ops.multiply": lambda G: ust.ops.multiply(G, G),
+    "solve(G, b)": lambda G: ust.solve(G, _x()),
+    "values": lambda G: ust.asarray(G).values,
+    "nnz": lambda G: ust.asarray(G).nnz,
+    "pos": lambda G: ust.asarray(G).pos(1),
+    "bufs": lambda G: ust.asarray(G).bufs,
+    "to host": lambda G: ust.asarray(G).to("cpu").todense(),
+}
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc"])
+@pytest.mark.parametrize("how", BAD)
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_every_route_raises_ust_error_on_a_spoiled_intake(route: str, how: str, kind: str) -> None:
+    G = _spoil(_canonical(kind), how)
+    t = ust.asarray(G)  # O(1): nothing read from the device yet
+    assert t.shape == (N, N)
+    with pytest.raises((ShapeError, FormatError)):
+        ROUTES[route](G)
+    cp.cuda.Device().synchronize()  # no kernel read out of bounds (an illegal access would surface here)
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_the_check_raises_every_time(how: str) -> None:
+    t = ust.asarray(_spoil(_canonical(), how))
+    for _ in range(2):  # a failed check is not remembered as passed
+        with pytest.raises((ShapeError, FormatError)):
+            t.todense()
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc"])
+def test_sound_intake_is_exact_and_zero_copy(kind: str) -> None:
+    G = _canonical(kind)
+    t = ust.asarray(G)
+    assert t.pos(1) is G.indptr and t.crd(1) is G.indices and t.values is G.data
+    H = _host(kind)
+    np.testing.assert_array_equal(cp.asnumpy(t.todense()), H.toarray())
+    x = np.random.default_rng(1).random(N)
+    np.testing.assert_allclose(cp.asnumpy(ust.matmul(G, cp.asarray(x))), H @ x, rtol=1e-12)
+
+
+def test_entries_ending_before_the_arrays_are_trimmed_like_the_cpu() -> None:
+    """``indptr[-1]`` below the arrays' length: the entries past it are not part of the matrix
+    (SciPy's rule, which ust's CPU intake follows); the GPU intake trims them the same way."""
+    H = _host()
+    data = np.concatenate([H.data, [7.0, 9.0]])
+    idx = np.concatenate([H.indices, [0, 1]]).astype(H.indices.dtype)
+    cpu = ust.asarray(sp.csr_matrix((data, idx, H.indptr), shape=H.shape))
+    G = csp.csr_matrix((cp.asarray(data), cp.asarray(idx), cp.asarray(H.indptr)), shape=H.shape)
+    G._has_canonical_format = True  # what cupyx would cache: the deferred path
+    t = ust.asarray(G)
+    assert t.nnz == cpu.nnz == H.nnz
+    assert t.values.shape == (H.nnz,) and t.crd(1).shape == (H.nnz,)
+    np.testing.assert_array_equal(cp.asnumpy(t.todense()), cpu.todense())
+
+
+def test_uncached_flags_are_checked_at_once() -> None:
+    """Where cupyx has not cached its flags its own probe would read the index arrays: the intake
+    checks them first and a spoiled matrix fails at ``asarray``."""
+    H = _host()
+    idx = H.indices.copy()
+    idx[1] = 1 << 20
+    G = csp.csr_matrix((cp.asarray(H.data), cp.asarray(idx), cp.asarray(H.indptr)), shape=H.shape)
+    G.__dict__.pop("_has_canonical_format", None)
+    with pytest.raises(ShapeError):
+        ust.asarray(G)
