@@ -107,6 +107,12 @@ class _OwedBounds:
 _owed_compressed = _OwedBounds()
 
 
+@functools.cache
+def _compressed_format(csr: bool) -> Format:
+    """The standard CSR (``csr``) or CSC format (looked up once: the intake of every call)."""
+    return get("CSR" if csr else "CSC")
+
+
 def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     """A csr/csc matrix as a Tensor on its own buffers after O(1) checks, or None when one
     fails (the checked path then words the error).
@@ -116,20 +122,21 @@ def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     SciPy intake (:func:`ust.convert.scipy._trusted_compressed`).  Order and uniqueness come
     from cupyx's cached flags; where cupyx has not cached them, its own probe reads the index
     arrays, so the checks run at once first."""
-    import cupy
-
     from ust.tensor import Tensor
 
     indptr, indices, data = A.indptr, A.indices, A.data
-    if not all(type(a) is cupy.ndarray and a.ndim == 1 for a in (indptr, indices, data)):
+    nd = type(data)  # a cupy.ndarray: cupyx built ``A`` around it
+    if type(indptr) is not nd or type(indices) is not nd or nd.__module__.partition(".")[0] != "cupy":
         return None
-    itype = np.dtype(indptr.dtype)
-    if itype not in INDEX_DTYPES or np.dtype(indices.dtype) != itype:
+    if indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1:
         return None
-    M = shape[0] if A.format == "csr" else shape[1]
-    if indptr.shape[0] != M + 1 or data.shape[0] < indices.shape[0]:
+    itype = indptr.dtype
+    if itype not in INDEX_DTYPES or indices.dtype != itype:
         return None
-    fmt = get(A.format.upper())
+    csr = A.format == "csr"
+    if indptr.shape[0] != (shape[0] if csr else shape[1]) + 1 or data.shape[0] < indices.shape[0]:
+        return None
+    fmt = _compressed_format(csr)
     nidx = int(indices.shape[0])
     vals = data if data.shape[0] == nidx else data[:nidx]
     canonical = A.__dict__.get("_has_canonical_format")
@@ -155,7 +162,8 @@ def from_cupyx(A: Any) -> Tensor:
 
     name = getattr(A, "format", None)
     check_value_dtype(A.dtype)
-    shape = tuple(int(s) for s in A.shape)
+    dims = A.shape
+    shape = (int(dims[0]), int(dims[1])) if len(dims) == 2 else tuple(int(s) for s in dims)
     if name in ("csr", "csc") and len(shape) == 2:
         t = _trusted_compressed(A, shape)
         if t is not None:
