@@ -158,15 +158,21 @@ _CHILD = (
     "logging.basicConfig(stream=sys.stderr, level=logging.INFO)\n"
     "from ust.backends.generated import compile_c\n"
     "tc = compile_c.toolchain()\n"
-    "print(compile_c.probe_compiles, ' '.join(tc.flags) if tc else None)\n"
+    "print(compile_c.probe_compiles, compile_c.version_runs, ' '.join(tc.flags) if tc else None)\n"
 )
 
 
-def _child(root: Path) -> tuple[int, str, str]:
-    env = dict(os.environ, UST_CACHE_DIR=str(root))
+def _child(root: Path, **env_extra: str) -> tuple[int, str, str]:
+    n, _, flags, log = _child_runs(root, **env_extra)
+    return n, flags, log
+
+
+def _child_runs(root: Path, **env_extra: str) -> tuple[int, int, str, str]:
+    """(test compiles, ``cc --version`` runs, flags, log) of a new process's toolchain lookup."""
+    env = dict(os.environ, UST_CACHE_DIR=str(root), **env_extra)
     r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
-    n, flags = r.stdout.split(maxsplit=1)
-    return int(n), flags.strip(), r.stderr
+    n, versions, flags = r.stdout.split(maxsplit=2)
+    return int(n), int(versions), flags.strip(), r.stderr
 
 
 def _probe_entries(root: Path) -> list[Path]:
@@ -215,6 +221,29 @@ def test_probe_cache_refused_in_a_directory_others_can_write(tmp_path: Path) -> 
         assert "not using the kernel cache" in log
     finally:
         root.chmod(0o700)
+
+
+@needs_cc
+def test_compiler_version_is_asked_once_per_binary(tmp_path: Path) -> None:
+    """A new process reads ``cc --version``'s answer from the cache while the compiler binary is
+    unchanged (no subprocess), asks again when the binary changes or the entry is tampered."""
+    root = tmp_path / "cache"
+    real = toolchain()
+    assert real is not None
+    cc = tmp_path / "mycc"
+    cc.write_text(f'#!/bin/sh\nexec "{real.cc}" "$@"\n')
+    cc.chmod(0o755)
+    _, v1, flags1, _ = _child_runs(root, UST_CC=str(cc))
+    assert v1 == 1
+    _, v2, flags2, _ = _child_runs(root, UST_CC=str(cc))
+    assert v2 == 0 and flags2 == flags1
+    (entry,) = sorted((root / "c").glob("*.ccversion"))
+    entry.write_bytes(b"not an authenticated entry")
+    _, v3, _, log3 = _child_runs(root, UST_CC=str(cc))
+    assert v3 == 1 and "refusing a cache entry" in log3
+    cc.write_text(f'#!/bin/sh\n# another build\nexec "{real.cc}" "$@"\n')  # a changed binary
+    _, v4, _, _ = _child_runs(root, UST_CC=str(cc))
+    assert v4 == 1
 
 
 # ------------------------------------------------------------------------ one-shot paths (issue 18, item 4)

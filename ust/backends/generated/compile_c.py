@@ -180,6 +180,52 @@ def _probe(cc: str, native: bool) -> dict[str, Any]:
     return {"usable": True, "flags": list(flags), "host": host, "openmp": openmp}
 
 
+_VERSION_SUFFIX = ".ccversion"
+#: ``cc --version`` subprocesses run by this process (tests read it).
+version_runs = 0
+
+
+def _binary_identity(cc: str) -> str | None:
+    """The cache key of ``cc --version``'s answer: the compiler's path, where it leads, and
+    that binary's size, modification and change times (None if it cannot be inspected)."""
+    try:
+        real = os.path.realpath(cc)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return content_key(
+        "ust-cc-version-v1", cc, real, str(st.st_size), str(st.st_mtime_ns), str(st.st_ctime_ns)
+    )
+
+
+def _version_output(cc: str) -> tuple[int, str] | None:
+    """``(returncode, output)`` of ``cc --version``, read back from the kernel cache (kind ``c``,
+    authenticated like every entry) while the compiler binary is unchanged: a process's first
+    generated C kernel then starts no subprocess.  None if the compiler cannot be run."""
+    key = _binary_identity(cc)
+    if key is not None:
+        data = ArtifactCache("c").lookup(key, _VERSION_SUFFIX)
+        if data is not None:
+            try:
+                rec = json.loads(data.decode())
+                if isinstance(rec.get("returncode"), int) and isinstance(rec.get("text"), str):
+                    return rec["returncode"], rec["text"]
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                pass
+            _log.warning("ignoring the cached version of %s (malformed); asking the compiler", cc)
+    global version_runs
+    version_runs += 1
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout or out.stderr
+    if key is not None and out.returncode == 0:
+        rec = {"returncode": out.returncode, "text": text}
+        ArtifactCache("c").store(key, _VERSION_SUFFIX, json.dumps(rec, sort_keys=True).encode())
+    return out.returncode, text
+
+
 @functools.cache
 def _toolchain(cc: str | None, native: bool) -> Toolchain | None:
     """Probed once per process; a successful OpenMP probe is kept in the kernel cache (kind
@@ -190,13 +236,12 @@ def _toolchain(cc: str | None, native: bool) -> Toolchain | None:
     compiler binary stays the same)."""
     if cc is None:
         return None
-    try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
-        text = out.stdout or out.stderr
-        version = text.splitlines()[0] if text.strip() else cc
-    except (OSError, subprocess.TimeoutExpired):
+    answer = _version_output(cc)
+    if answer is None:
         return None
-    key = _probe_key(cc, f"{out.returncode}\n{text}", native)
+    returncode, text = answer
+    version = text.splitlines()[0] if text.strip() else cc
+    key = _probe_key(cc, f"{returncode}\n{text}", native)
     rec = None if key is None else _cached_probe(key)
     if rec is not None:
         _log.info("toolchain probe of %s: cached result used", cc)
