@@ -82,3 +82,61 @@ def test_one_shot_add_on_the_gpu_matches_cupy() -> None:
     B, H = _gpu("csr")
     s = ust.ops.add(G, H)
     np.testing.assert_allclose(cp.asnumpy(s.todense()), (A + B).toarray(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("kind", ["csr", "csc"])
+@pytest.mark.parametrize("shape", [(60, 45), (1, 7), (5, 0), (0, 0)])
+def test_csr_csc_transpose_on_the_buffers_is_exact(kind: str, dtype: type, shape: tuple[int, int]) -> None:
+    """CSR <-> CSC on the GPU runs cuSPARSE's csr2cscEx2 on the tensor's buffers (no cupyx object):
+    the same buffers as SciPy's conversion, for every value dtype and edge shape."""
+    from ust.convert import cupyx as cxmod
+
+    rng = np.random.default_rng(3)
+    A = sp.random_array(shape, density=0.2, format=kind, rng=rng).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        A = A * (1 + 2j)
+    A.sum_duplicates()
+    t = ust.asarray(A).to("cuda")
+    other = "CSC" if kind == "csr" else "CSR"
+    direct = cxmod.transpose_tensor(t, ust.format(other))
+    if t.pos(1).dtype == np.int32:
+        assert direct is not None
+    got = t.convert(other)
+    want = A.tocsc() if kind == "csr" else A.tocsr()
+    np.testing.assert_array_equal(cp.asnumpy(got.pos(1)), want.indptr)
+    np.testing.assert_array_equal(cp.asnumpy(got.crd(1)), want.indices)
+    np.testing.assert_array_equal(cp.asnumpy(got.values), want.data)
+    assert got.format == ust.format(other)
+
+
+def test_int64_indices_take_cupyx_method() -> None:
+    from ust.convert import cupyx as cxmod
+
+    A = sp.random_array((30, 20), density=0.2, format="csr", rng=4)
+    t = ust.asarray(A, index_dtype=np.int64).to("cuda")
+    assert cxmod.transpose_tensor(t, ust.format("CSC")) is None
+    np.testing.assert_array_equal(cp.asnumpy(t.convert("CSC").todense()), A.toarray())
+
+
+def test_library_routes_reuse_the_callers_cupyx_matrix_after_its_checks() -> None:
+    """A library route (cupyx's add) gets the caller's own matrix back, not a new one around the
+    same buffers -- only once the owed checks passed, and never for a tensor whose buffers changed."""
+    from ust.convert import cupyx as cxmod
+
+    A, G = _gpu("csr")
+    assert G.has_canonical_format  # cached: the deferred intake
+    t = ust.asarray(G)
+    assert cxmod.to_cupyx(t, reuse_source=True) is G
+    assert cxmod.to_cupyx(t) is not G  # the public conversion builds its own object
+    assert cxmod.to_cupyx(t.astype(np.float32), reuse_source=True) is not G
+    B, H = _gpu("csr")
+    before = (G.data.copy(), G.indices.copy(), G.indptr.copy())
+    s = ust.ops.add(G, H)
+    np.testing.assert_allclose(cp.asnumpy(s.todense()), (A + B).toarray(), rtol=1e-12)
+    for x, y in zip(before, (G.data, G.indices, G.indptr), strict=True):
+        cp.testing.assert_array_equal(x, y)  # the caller's matrix is not modified
+    G.indices[0] = 10_000  # spoiled after cupyx cached its flags
+    bad = ust.asarray(G)
+    with pytest.raises(ShapeError):
+        cxmod.to_cupyx(bad, reuse_source=True)

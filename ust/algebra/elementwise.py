@@ -45,8 +45,9 @@ def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
 def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
     from ust.backends.cuda.cusparse_algebra import csr_without_zeros
+    from ust.convert.cupyx import to_cupyx
 
-    res = _LIBRARY_OPS[op](a.to_cupyx(), b.to_cupyx())
+    res = _LIBRARY_OPS[op](to_cupyx(a, reuse_source=True), to_cupyx(b, reuse_source=True))
     # exact zeros dropped: SciPy's rule, which csrgeam2 and CuPy's product kernel do not apply
     return from_library(csr_without_zeros(res), fmt)
 

@@ -146,10 +146,14 @@ def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
         ok, end = _bounds(indptr, indices, shape[1] if A.format == "csr" else shape[0])
         if not ok or end != nidx or (nidx and not bool(A.has_canonical_format)):
             return None  # the checked path words the error, trims, or labels the order
-        return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices))
+        t = Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices))
+        t._source = A
+        return t
     if nidx and not canonical:
         return None  # unsorted or duplicated: the checked path labels it
-    return Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices), _owed_compressed)
+    t = Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices), _owed_compressed)
+    t._source = A
+    return t
 
 
 def from_cupyx(A: Any) -> Tensor:
@@ -231,6 +235,8 @@ def from_cupyx_trusted(A: Any, fmt: Format) -> Tensor:
         if not A.has_sorted_indices:
             A.sort_indices()
         indptr, indices = _index(A.indptr, A.indices)
+        if fmt == _compressed_format(A.format == "csr") and int(A.data.shape[0]) == int(indices.shape[0]):
+            return Tensor._trusted(shape, fmt, A.data, (None, indptr), (None, indices))  # no resolving
         return Tensor(shape, fmt, A.data, pos={1: indptr}, crd={1: indices}, check=False)
     if A.format == "coo":
         import cupy
@@ -264,10 +270,19 @@ def _idx32(a: Any) -> Any:
     return a if a.dtype == np.int32 else a.astype(np.int32)
 
 
-def to_cupyx(t: Tensor) -> Any:
+def to_cupyx(t: Tensor, *, reuse_source: bool = False) -> Any:
     """A cupyx.scipy.sparse matrix on the GPU: csr/csc/coo/dia when ``t``'s format is one
-    (canonicalised), anything else as CSR."""
+    (canonicalised), anything else as CSR.
+
+    ``reuse_source`` (library routes inside ust): where ``t`` was taken whole from a cupyx
+    csr/csc whose buffers it still holds (after its owed checks), that matrix itself, instead
+    of a new one built around the same buffers (cupyx's constructor is most of a small add)."""
     import cupyx.scipy.sparse as csp
+
+    if reuse_source and (src := t._source) is not None:
+        pos, crd = t.pos(1), t.crd(1)  # the owed checks run here
+        if src.indptr is pos and src.indices is crd and src.data is t.values and pos.dtype == np.int32:
+            return src
 
     if np.dtype(t.dtype) not in {np.dtype(c) for c in "fdFD"}:
         raise UnsupportedError(f"cupyx.scipy.sparse holds {_CUPYX_DTYPES} values, not {t.dtype}")
@@ -295,3 +310,50 @@ def to_cupyx(t: Tensor) -> Any:
     A = A.copy()  # sum_duplicates works in place: never on the tensor's buffers
     A.sum_duplicates()
     return A
+
+
+#: cudaDataType of the value dtypes cuSPARSE's csr2cscEx2 moves (library_types.h)
+_CUDA_DATA_TYPE = {
+    np.dtype(np.float32): 0,  # CUDA_R_32F
+    np.dtype(np.float64): 1,  # CUDA_R_64F
+    np.dtype(np.complex64): 4,  # CUDA_C_32F
+    np.dtype(np.complex128): 5,  # CUDA_C_64F
+}
+
+
+def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
+    """A canonical GPU CSR tensor as CSC (or CSC as CSR) by cuSPARSE's ``csr2cscEx2`` on its
+    buffers, no cupyx object built around them on either side (their constructors and order
+    probes were most of a small conversion); the GPU twin of
+    :func:`ust.convert.scipy.transpose_tensor`.  None where cuSPARSE cannot take the buffers
+    (int64 indices, another value dtype, a size cuSPARSE's int32 cannot count): the caller then
+    takes cupyx's method."""
+    import cupy
+    from cupy_backends.cuda.libs import cusparse
+
+    indptr, indices, data = t.pos(1), t.crd(1), t.values
+    if type(data) is not cupy.ndarray or indptr.dtype != np.int32 or indices.dtype != np.int32:
+        return None
+    cuda_type = _CUDA_DATA_TYPE.get(np.dtype(data.dtype))
+    nnz = int(indices.shape[0])
+    if cuda_type is None or int(data.shape[0]) != nnz or max(nnz, *t.shape) >= 2**31 - 1:
+        return None
+    m, n = t.shape if t.format == _compressed_format(True) else t.shape[::-1]
+    with cupy.cuda.Device(data.device.id):
+        out_val = cupy.empty(nnz, dtype=data.dtype)
+        out_idx = cupy.empty(nnz, dtype=np.int32)
+        if nnz == 0:
+            out_ptr = cupy.zeros(n + 1, dtype=np.int32)
+        else:
+            out_ptr = cupy.empty(n + 1, dtype=np.int32)
+            handle = cupy.cuda.device.get_cusparse_handle()
+            cusparse.setStream(handle, cupy.cuda.get_current_stream().ptr)
+            args: tuple[Any, ...] = (handle, m, n, nnz, data.data.ptr, indptr.data.ptr, indices.data.ptr)
+            args += (out_val.data.ptr, out_ptr.data.ptr, out_idx.data.ptr, cuda_type)
+            args += (cusparse.CUSPARSE_ACTION_NUMERIC, cusparse.CUSPARSE_INDEX_BASE_ZERO)
+            args += (cusparse.CUSPARSE_CSR2CSC_ALG1,)
+            work = cupy.empty(max(1, cusparse.csr2cscEx2_bufferSize(*args)), dtype=np.int8)
+            cusparse.csr2cscEx2(*args, work.data.ptr)
+    from ust.tensor import Tensor
+
+    return Tensor._trusted(t.shape, fmt, out_val, (None, out_ptr), (None, out_idx))

@@ -292,9 +292,14 @@ def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.d
             out = from_scipy_trusted(res, fmt)
     else:
         from ust.convert.cupyx import from_cupyx_trusted, to_cupyx
+        from ust.convert.cupyx import transpose_tensor as transpose_gpu
 
-        res = fn(to_cupyx(t), blocksize)
-        out = from_cupyx_trusted(res, fmt)
+        direct = transpose_gpu(t, fmt) if fn is _transpose and t.format in _standard_csr_csc() else None
+        if direct is not None:  # cuSPARSE's kernel on the buffers: no cupyx objects around them
+            out = direct
+        else:
+            res = fn(to_cupyx(t), blocksize)
+            out = from_cupyx_trusted(res, fmt)
     if itype is not None and itype != out.index_dtype:
         out = convert(out, fmt, index_dtype=itype)
     return out

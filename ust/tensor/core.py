@@ -94,6 +94,7 @@ class Tensor:
         "_owed",
         "_pos",
         "_shape",
+        "_source",
         "_values",
     )
     _fill_value: Any
@@ -152,6 +153,9 @@ class Tensor:
         self._index_dtype = itype
         self._nnz: int | None = None
         self._owed: Any = None
+        #: the library object (a cupyx matrix) whose buffers these are, when an intake took it
+        #: whole: a library route may hand it back instead of building a new one around them
+        self._source: Any = None
 
     @classmethod
     def _trusted(
@@ -181,6 +185,7 @@ class Tensor:
         t._index_dtype = np.dtype(np.int64) if first is None else first.dtype
         t._nnz = None
         t._owed = owed
+        t._source = None
         return t
 
     def _settle(self) -> None:
@@ -620,6 +625,7 @@ class Tensor:
         self._shape, self._format = other._shape, other._format
         self._pos, self._crd, self._values = other._pos, other._crd, other._values
         self._index_dtype, self._nnz, self._owed = other._index_dtype, other._nnz, other._owed
+        self._source = other._source
 
     def to(self, device: str | int) -> Tensor:
         """The same tensor with every buffer on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``)."""
