@@ -87,7 +87,9 @@ def test_one_shot_add_on_the_gpu_matches_cupy() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("kind", ["csr", "csc"])
 @pytest.mark.parametrize("shape", [(60, 45), (1, 7), (5, 0), (0, 0)])
-def test_csr_csc_transpose_on_the_buffers_is_exact(kind: str, dtype: type, shape: tuple[int, int]) -> None:
+def test_csr_csc_transpose_on_the_buffers_is_exact(
+    monkeypatch: pytest.MonkeyPatch, kind: str, dtype: type, shape: tuple[int, int]
+) -> None:
     """CSR <-> CSC on the GPU runs cuSPARSE's csr2cscEx2 on the tensor's buffers (no cupyx object):
     the same buffers as SciPy's conversion, for every value dtype and edge shape."""
     from ust.convert import cupyx as cxmod
@@ -102,6 +104,11 @@ def test_csr_csc_transpose_on_the_buffers_is_exact(kind: str, dtype: type, shape
     direct = cxmod.transpose_tensor(t, ust.format(other))
     if t.pos(1).dtype == np.int32:
         assert direct is not None
+
+        def no_cupyx(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the conversion built a cupyx matrix")
+
+        monkeypatch.setattr(cxmod, "to_cupyx", no_cupyx)  # convert() must take the direct kernel
     got = t.convert(other)
     want = A.tocsc() if kind == "csr" else A.tocsr()
     np.testing.assert_array_equal(cp.asnumpy(got.pos(1)), want.indptr)

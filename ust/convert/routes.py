@@ -64,6 +64,12 @@ def _transpose(a: Any, bs: Any) -> Any:
     return compressed_transpose(a)
 
 
+def _transpose_gpu(a: Any, bs: Any) -> Any:
+    """cupyx's csr -> csc (or csc -> csr), cuSPARSE's csr2cscEx2; for a canonical CSR / CSC
+    tensor :func:`_run_library` runs that kernel on the tensor's buffers instead."""
+    return a.tocsc() if a.format == "csr" else a.tocsr()
+
+
 CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
     ("csr", "csc"): ("scipy csr.tocsc", _transpose),
     ("csr", "coo"): ("scipy csr.tocoo", lambda a, bs: a.tocoo()),
@@ -88,9 +94,9 @@ CPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
 # column-ordered, and canonical COO is row-ordered.  DIA sources stay on the general path: routing
 # them through cupyx's dia.tocsr/tocsc lost entries in a GPU test (DIA @ DIA SpGEMM, 2026-12-02).
 GPU_ROUTES: dict[tuple[str, str], tuple[str, _Route]] = {
-    ("csr", "csc"): ("cupyx csr.tocsc (cuSPARSE)", lambda a, bs: a.tocsc()),
+    ("csr", "csc"): ("cupyx csr.tocsc (cuSPARSE)", _transpose_gpu),
     ("csr", "coo"): ("cupyx csr.tocoo (cuSPARSE)", lambda a, bs: a.tocoo()),
-    ("csc", "csr"): ("cupyx csc.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
+    ("csc", "csr"): ("cupyx csc.tocsr (cuSPARSE)", _transpose_gpu),
     ("csc", "coo"): ("cupyx csc.tocsr.tocoo (cuSPARSE)", lambda a, bs: a.tocsr().tocoo()),
     ("coo", "csr"): ("cupyx coo.tocsr (cuSPARSE)", lambda a, bs: a.tocsr()),
 }
@@ -294,7 +300,7 @@ def _run_library(t: Tensor, fmt: Format, fn: _Route, blocksize: Any, itype: np.d
         from ust.convert.cupyx import from_cupyx_trusted, to_cupyx
         from ust.convert.cupyx import transpose_tensor as transpose_gpu
 
-        direct = transpose_gpu(t, fmt) if fn is _transpose and t.format in _standard_csr_csc() else None
+        direct = transpose_gpu(t, fmt) if fn is _transpose_gpu and t.format in _standard_csr_csc() else None
         if direct is not None:  # cuSPARSE's kernel on the buffers: no cupyx objects around them
             out = direct
         else:
