@@ -253,6 +253,8 @@ class DirectSolverOptions:
     @classmethod
     def coerce(cls, options: Any = None, **overrides: Any) -> DirectSolverOptions:
         """Options from None, a dict or an instance, with keyword overrides."""
+        if type(options) is cls and not overrides:  # frozen: an instance is shared as it is
+            return options
         names = {f.name for f in fields(cls)}
         if options is None:
             values: dict[str, Any] = {}
@@ -401,9 +403,14 @@ def _to_scipy_csr(a: Any) -> Any:
 
     if operand_package(a) == "scipy":
         if a.format in _CHECKED_SCIPY:  # ust's checks, before SciPy's conversion reads the indices
-            from ust.convert.scipy import check_scipy
+            from ust.convert.scipy import check_scipy, compressed_array
 
             check_scipy(a)
+            if a.format == "csr" and a.ndim == 2 and a.has_canonical_format:
+                # checked just now: the same buffers without a second check by SciPy's constructor
+                m = compressed_array(sp.csr_matrix, a.data, a.indices, a.indptr, a.shape)
+                m.has_canonical_format = True
+                return m
         return sp.csr_matrix(a)
     if not isinstance(a, Tensor) and hasattr(a, "to_scipy"):  # a Tensor-like of another ust object
         return sp.csr_matrix(a.to_scipy())
@@ -815,6 +822,7 @@ def _superlu_engine(solver: DirectSolver, pivot_epsilon: float | None = None) ->
         pivoting=o.pivoting,
         pivot_threshold=o.pivot_threshold,
         diagnose=_diagnosis(solver),
+        norm=solver._norm,
     )
     _log.info(
         "route: SuperLU (SciPy %s), ordering %s because %s",
@@ -1072,6 +1080,13 @@ class DirectSolver(StatefulOperation):
             hermitian = self.options.matrix_type in ("hermitian", "hpd")
             self._full = _full_matrix(self._csr, self.options.matrix_view, hermitian)
         return self._full
+
+    def _norm(self) -> float:
+        """``||A||_inf``, computed once per matrix values (the solution check and SuperLU's
+        small-pivot count both read it)."""
+        if self._norm_a is None:
+            self._norm_a = _norm_inf(self._full_matrix(), self._csr.xp)
+        return self._norm_a
 
     def _check_structure(self) -> None:
         _check_nonsingular_structure(self._full_matrix(), self._csr.xp)
@@ -1331,10 +1346,8 @@ class DirectSolver(StatefulOperation):
             return
         full = self._full_matrix()
         xp = self._csr.xp
-        if self._norm_a is None:
-            self._norm_a = _norm_inf(full, xp)
         t0 = time.perf_counter()
-        be = backward_error(full, x, self._b, xp, self._norm_a)
+        be = backward_error(full, x, self._b, xp, self._norm())
         f = self.factorization_info
         small = f.small_pivots if f is not None else None
         rel = relative_residual(full, x, self._b, xp) if small else 0.0
@@ -1614,8 +1627,7 @@ class MixedPrecisionSolver(DirectSolver):
         e = self._engine
         xp = self._csr.xp
         full = self._full_matrix()
-        if self._norm_a is None:
-            self._norm_a = _norm_inf(full, xp)
+        norm_a = self._norm()
         low, dtype = self._low, self.dtype
         e.bind_rhs(self._b_low)
         x = e.solve(self._b_low).astype(dtype, order="F")
@@ -1623,7 +1635,7 @@ class MixedPrecisionSolver(DirectSolver):
         for j in range(self._b.shape[1]):  # one refinement per right-hand side column
             b = self._b[:, j]
             x0 = x[:, j].copy()
-            target = MIXED_TARGET_BACKWARD_ERROR * (self._norm_a * float(abs(x0).max()) + float(abs(b).max()))
+            target = MIXED_TARGET_BACKWARD_ERROR * (norm_a * float(abs(x0).max()) + float(abs(b).max()))
 
             def low_solve(r: Any) -> Any:
                 return e.correction(r.astype(low).reshape(-1, 1)).reshape(-1).astype(dtype)

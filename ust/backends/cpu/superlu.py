@@ -11,6 +11,7 @@ pattern the permutation is applied to rows and columns alike (``MMD_AT_PLUS_A`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,17 +56,15 @@ def check_permutation(perm: Any, n: int, what: str = "the permutation") -> np.nd
     return out
 
 
-def pattern_is_symmetric(a: sp.csr_matrix) -> bool:
+def pattern_is_symmetric(a: sp.csr_matrix, transposed: Any = None) -> bool:
     """True when the nonzero pattern of ``a`` equals that of its transpose (values ignored).
 
     A canonical CSR (sorted, no duplicates) compares its index arrays with those of its CSC
-    copy (SciPy's transpose kernel sorts, :func:`ust.convert.scipy.compressed_transpose`): one
-    O(nnz) pass, no sparse comparison (three constructions and a merge, a third of a one-shot
-    solve of a small matrix)."""
+    copy (SciPy's transpose kernel sorts, :func:`ust.convert.scipy.compressed_transpose`; or
+    ``transposed``, that copy made already): one O(nnz) pass, no sparse comparison (three
+    constructions and a merge, a third of a one-shot solve of a small matrix)."""
     if a.has_canonical_format:
-        from ust.convert.scipy import compressed_transpose
-
-        c = compressed_transpose(a)  # SciPy's transpose kernel alone: O(nnz), no sort
+        c = transposed if transposed is not None else _csc(a)
         return bool(np.array_equal(a.indptr, c.indptr) and np.array_equal(a.indices, c.indices))
     p = a.copy()
     p.data = np.ones_like(p.data, dtype=np.int8)
@@ -131,10 +130,15 @@ class SuperLUFactorization:
         reordering: str,
         pivoting: str,
         pivot_threshold: float | None,
+        norm: Callable[[], float] | None = None,
     ) -> None:
         self.a = a
         self.n = a.shape[0]
-        self.symmetric_pattern = pattern_is_symmetric(a)
+        #: ``a`` in CSC, SuperLU's input; for a canonical CSR also the symmetry test's transpose
+        self._a_csc: Any = _csc(a) if a.format == "csr" and a.has_canonical_format else None
+        self.symmetric_pattern = pattern_is_symmetric(a, self._a_csc)
+        #: ``||a||_inf`` (the caller's, computed once for its own checks too), for small_pivots
+        self._norm = norm if norm is not None else (lambda: _inf_norm(self.a))
         spec, symmetric, self.reason = choose_ordering(reordering, matrix_type, self.symmetric_pattern)
         if pivoting == "none":
             thresh = 0.0
@@ -152,9 +156,10 @@ class SuperLUFactorization:
 
     def _splu(self, m: sp.spmatrix, spec: str) -> Any:
         s = self.settings
+        csc = self._a_csc if m is self.a and self._a_csc is not None else _csc(m)
         try:
             return sla.splu(
-                _csc(m),
+                csc,
                 permc_spec=spec,
                 diag_pivot_thresh=s.diag_pivot_thresh,
                 options={"SymmetricMode": s.symmetric},
@@ -189,14 +194,14 @@ class SuperLUFactorization:
 
     def set_values(self, a: sp.csr_matrix) -> None:
         self.a = a
+        self._a_csc = None  # the old values' copy
         self._lu = None
 
     def small_pivots(self, u_diagonal: np.ndarray) -> int:
         """How many pivots are at or below ``SMALL_PIVOT * ||A||_inf`` (see :data:`SMALL_PIVOT`)."""
         if not u_diagonal.size:
             return 0
-        a = self.a
-        norm = _inf_norm(a)
+        norm = self._norm()
         eps = SMALL_PIVOT[8 if np.finfo(u_diagonal.dtype).bits >= 64 else 4]
         return int(np.count_nonzero(np.abs(u_diagonal) <= eps * norm))
 

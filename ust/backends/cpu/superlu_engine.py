@@ -31,6 +31,7 @@ class SuperLUEngine:
         pivoting: str,
         pivot_threshold: float | None,
         diagnose: Callable[[], str] = lambda: "",
+        norm: Callable[[], float] | None = None,
     ) -> None:
         self.inner = SuperLUFactorization(
             full,
@@ -38,6 +39,7 @@ class SuperLUEngine:
             reordering=reordering,
             pivoting=pivoting,
             pivot_threshold=pivot_threshold,
+            norm=norm,
         )
         self._diagnose = diagnose
 
