@@ -355,7 +355,19 @@ def _problem(
         # power-law rows: cuSPARSE's balanced algorithm
         (_problem("spmv", "cuda"), _stats(row_max=50_000, row_cv=4.0), 1, "cusparse", None),
         (_problem("spmm", "cuda", "COO"), _stats(row_max=50_000, row_cv=4.0), 8, "cusparse", None),
-        (_problem("spmv", "cuda", "DIA"), _stats(ndiag=7), 1, "generated-cuda", None),
+        # the only GPU route of DIA / DCSR / user formats: threads per row from the same rows
+        (_problem("spmv", "cuda", "DIA"), _stats(ndiag=7), 1, "generated-cuda", 1),
+        (_problem("spmm", "cuda", "DCSR"), _stats(), 8, "generated-cuda", 1),
+        # BSR: the generated kernel beats cuSPARSE's bsrmv / bsrmm on uniform and power-law rows
+        (_problem("spmv", "cuda", "BSR", (2, 2)), _stats(block=(2, 2)), 1, "generated-cuda", 1),
+        (
+            _problem("spmv", "cuda", "BSR", (2, 2)),
+            _stats(row_max=50_000, row_cv=4.0),
+            1,
+            "generated-cuda",
+            32,
+        ),
+        (_problem("spmm", "cuda", "BSR", (2, 2)), _stats(row_max=50_000, row_cv=4.0), 8, "generated-cuda", 4),
         # CPU: BSR at k > 1 (3-5x SciPy), skewed rows stay on SciPy, small work keeps the default
         (
             _problem("spmm", "cpu", "BSR", (2, 2)),
@@ -364,7 +376,6 @@ def _problem(
             "generated-c",
             None,
         ),
-        (_problem("spmv", "cpu"), _stats(row_max=50_000, row_cv=4.0), 1, "scipy", None),
         (_problem("spmm", "cpu", "DIA"), _stats(ndiag=7), 8, "generated-c", None),
         (_problem("spmv", "cpu", "DIA"), _stats(ndiag=7), 1, "scipy", None),
         (_problem("spmm", "cpu"), _stats(), 8, "generated-c", None),
@@ -396,17 +407,27 @@ def test_cost_model_on_real_matrices_explained_for_the_gpu() -> None:
 def test_cost_model_uses_every_core_only_where_there_are_several(monkeypatch: pytest.MonkeyPatch) -> None:
     from ust.plan import cost
 
-    p, s = _problem("spmv", "cpu"), _stats()
-    monkeypatch.setattr(cost, "usable_cores", lambda: 2)
-    assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "generated-c"
-    monkeypatch.setattr(cost, "usable_cores", lambda: 1)
-    assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "scipy"
+    p = _problem("spmv", "cpu")
+    for s in (_stats(), _stats(row_max=50_000, row_cv=4.0)):  # uniform and power-law rows
+        monkeypatch.setattr(cost, "usable_cores", lambda: 2)
+        assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "generated-c"
+        monkeypatch.setattr(cost, "usable_cores", lambda: 1)
+        assert choose_by_cost(p, s, 1, candidates(p)).rule.route == "scipy"
 
 
-def test_cost_model_on_real_matrices_on_the_cpu() -> None:
+def test_cost_model_on_real_matrices_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ust.plan import cost
+
     rmat = _rmat()
+    monkeypatch.setattr(cost, "usable_cores", lambda: 1)
     mm = ust.Matmul(rmat, np.ones(rmat.shape[0]))
     assert mm.decision.route == "scipy" and mm.choice.startswith("cost model: rows of very unequal")
+    big = _rmat(15)  # enough work for two cores
+    monkeypatch.setattr(cost, "usable_cores", lambda: 2)  # two cores: the balanced C kernel
+    mm = ust.Matmul(big, np.ones(big.shape[0]))
+    assert mm.decision.route == "generated-c" and mm.choice.startswith("cost model: rows of very unequal")
+    mm.plan()
+    np.testing.assert_allclose(mm.execute(), big @ np.ones(big.shape[0]), rtol=1e-12)
     mm = ust.Matmul(rmat, np.ones((rmat.shape[0], 8)))
     assert mm.decision.route == "generated-c" and mm.choice.startswith("cost model: k > 1")
     bsr = ust.asarray(sp.bsr_array(_uniform(), blocksize=(2, 2)))

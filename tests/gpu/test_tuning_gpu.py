@@ -86,6 +86,29 @@ def test_cost_model_on_the_gpu_runs_what_it_chose() -> None:
 
 
 @pytest.mark.parametrize(
+    "fmt, k, group",
+    [("BSR[2, 2]", 1, ":g1"), ("BSR[2, 2]", 8, ":g1"), ("DCSR", 8, ":g1"), ("DIA", 1, ":g1")],
+)
+def test_cost_model_picks_the_generated_kernel_and_its_threads_for_bsr_and_one_route_formats(
+    fmt: str, k: int, group: str
+) -> None:
+    """Measured on the H200 (benchmarks/RESULTS.md): BSR runs the generated kernel, not cuSPARSE's
+    bsrmv / bsrmm (2.5-6.7x); formats whose only GPU route is the generated kernel get their threads
+    per row from the same statistics (1.3-3x the kernel's default)."""
+    a = (
+        sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(N, N)).tocsr()
+        if fmt == "DIA"
+        else _uniform()
+    )
+    x = np.random.default_rng(2).standard_normal(N if k == 1 else (N, k))
+    mm = ust.Matmul(ust.asarray(a, format=fmt).to("cuda"), cp.asarray(x))
+    assert mm.decision.route == "generated-cuda", mm.explain()
+    mm.plan()
+    assert isinstance(mm.variant, str) and mm.variant.endswith(group), (mm.variant, mm.choice)
+    _check(mm.execute(), a @ x)
+
+
+@pytest.mark.parametrize(
     "route, variant",
     [
         ("cusparse", None),

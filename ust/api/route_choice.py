@@ -186,9 +186,12 @@ def choose_route(mm: Any, b: Any) -> RouteChoice:
                 tuned.variant,
                 tuned.rule.route,
             )
-    if len(cands) < 2:
-        return RouteChoice(False, key, stats)
     cost = choose_by_cost(problem, stats, k, cands)
+    if len(cands) < 2:  # one route: the cost model still picks its GPU threads per row
+        group = cost.group if cost.rule is cands[0] else None
+        if group is not None:
+            mm.choice = f"rule table; threads per row from the cost model: {cost.reason}"
+        return RouteChoice(False, key, stats, "", group)
     mm.decision = Decision(
         problem, cost.rule, cost.rule.reason_for(problem), tuple(r for r in cands if r is not cost.rule)
     )

@@ -62,6 +62,10 @@ def _uniform(s: MatrixStats) -> bool:
     return s.row_cv <= 0.5 and s.skew <= 4
 
 
+def _skewed(s: MatrixStats) -> bool:
+    return s.skew > 16 or s.row_cv > 1.5
+
+
 _MV = frozenset({"spmv"})
 _MM = frozenset({"spmm"})
 _BOTH = frozenset({"spmv", "spmm"})
@@ -74,19 +78,30 @@ COST_RULES: tuple[CostRule, ...] = (
              "too little work for the route to matter (per-call overhead dominates): the rule table's default"),
     CostRule("cuda", _BOTH, ANY, "", _small,
              "too little work for the route to matter (launch latency dominates): the rule table's default"),
-    # ---- GPU (H200, benchmarks/RESULTS.md "SpMV / SpMM kernels (GPU)")
-    CostRule("cuda", _BOTH, _ROWS | {"BSR"}, "cusparse",
-             lambda p, s, k: s.skew > 16 or s.row_cv > 1.5,
+    # ---- GPU (H200, benchmarks/RESULTS.md "SpMV / SpMM kernels (GPU)" and "Issue 18 on the H200:
+    # GPU per-call cost ... one-shot SpMV / SpMM": Poisson 128^3 and R-MAT scale 21, every format)
+    CostRule("cuda", _MV, frozenset({"BSR"}), "generated-cuda", lambda p, s, k: _skewed(s),
+             "BSR with rows of very unequal length: a warp per block row of the generated kernel "
+             "(2.9x cuSPARSE's bsrmv on R-MAT scale 21)", group=32),
+    CostRule("cuda", _MM, frozenset({"BSR"}), "generated-cuda", lambda p, s, k: _skewed(s),
+             "BSR with rows of very unequal length, k > 1: four threads per block row of the generated "
+             "kernel (5.9x cuSPARSE's bsrmm on R-MAT scale 21)", group=4),
+    CostRule("cuda", _BOTH, frozenset({"BSR"}), "generated-cuda", lambda p, s, k: True,
+             "BSR with rows of similar length: one thread per block row of the generated kernel, the "
+             "block unrolled (2.5x cuSPARSE's bsrmv, 6.7x its bsrmm at k = 8 on Poisson 128^3)", group=1),
+    CostRule("cuda", _BOTH, _ROWS, "cusparse", lambda p, s, k: _skewed(s),
              "rows of very unequal length (power-law): cuSPARSE balances the work across threads; a "
              "thread or group per row would wait on the longest rows"),
-    CostRule("cuda", _MM, _ROWS, "generated-cuda",
-             lambda p, s, k: s.row_mean <= 64,
+    CostRule("cuda", _MM, ANY, "generated-cuda",
+             lambda p, s, k: not _skewed(s) and s.row_mean <= 64,
              "k > 1 with rows of similar length: one thread per row keeps B's row in registers and reads "
-             "A once (4-7x cuSPARSE SpMM on the H200)", group=1),
-    CostRule("cuda", _MV, _ROWS, "generated-cuda",
+             "A once (4-7x cuSPARSE SpMM on the H200; 3x the kernel's default for DCSR and a "
+             "loose_compressed user format)", group=1),
+    CostRule("cuda", _MV, ANY, "generated-cuda",
              lambda p, s, k: _uniform(s) and s.row_mean <= 16,
              "short rows of similar length: one thread per row, coalesced reads of the row pointer "
-             "(1.2-1.6x cuSPARSE SpMV on the H200)", group=1),
+             "(1.2-1.6x cuSPARSE SpMV on the H200; 1.3-1.5x the kernel's default for DIA, DCSR and a "
+             "loose_compressed user format)", group=1),
     # ---- CPU (2-core machine: benchmarks/RESULTS.md, "One-shot matmul with tuning records (cpu)")
     CostRule("cpu", _BOTH, frozenset({"BSR"}), "generated-c",
              lambda p, s, k: k > 1 or s.block_fill >= 0.5,
@@ -96,10 +111,14 @@ COST_RULES: tuple[CostRule, ...] = (
              lambda p, s, k: True,
              "k > 1: SciPy's SpMM is single-threaded and walks A once per column block; the generated "
              "kernel reads each stored entry once for all k columns, on every core"),
+    CostRule("cpu", _MV, _ROWS, "generated-c",
+             lambda p, s, k: s.skew > 8 and _work(s, k) >= PARALLEL_WORK and usable_cores() > 1,
+             "rows of very unequal length and enough work for every core: the generated kernel splits "
+             "the stored entries evenly over the cores (the split is taken from the row lengths; 1.7x "
+             "SciPy on R-MAT scale 18 with two cores)"),
     CostRule("cpu", _MV, _ROWS, "scipy",
              lambda p, s, k: s.skew > 8,
-             "rows of very unequal length: the C kernel's static split over threads leaves one core "
-             "with the long rows; SciPy's single pass is as fast"),
+             "rows of very unequal length and one usable core: SciPy's single pass is as fast"),
     CostRule("cpu", _MV, _ROWS, "generated-c",
              lambda p, s, k: _work(s, k) >= PARALLEL_WORK and usable_cores() > 1,
              "rows of similar length and enough work for every core: the generated kernel splits the "
