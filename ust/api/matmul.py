@@ -333,8 +333,8 @@ class Matmul(StatefulOperation):
                 b = _dense_operand()(np, b, self.dtype)
             c = None if c is None or self.beta == 0 else _dense_operand()(np, c, self.dtype)
             return self.executor.run(b, c, None, 0)
-        if self._direct and self._b_as_is and self.executor is not None:
-            return self._run_on_device(b, c, stream)
+        if self._direct and self._b_as_is and self.executor is not None and type(b) is type(self.b):
+            return self._run_on_device(b, c, stream)  # B is of the planned array type: as it is
         self._stream_arg = stream
         self.reset_operands_unchecked(b=b, c=c) if c is not None else self.reset_operands_unchecked(b=b)
         out = self.execute()
