@@ -138,3 +138,39 @@ def test_flags_not_canonical_are_checked_at_once() -> None:
     )
     with pytest.raises(ShapeError):
         ust.asarray(A)  # unsorted: SciPy's own probes of the flags need checked buffers first
+
+
+def test_an_owed_check_that_trims_settles_on_values_and_nse_too() -> None:
+    """The protocol a GPU intake uses (cupyx counts ``data.size`` as nnz, SciPy ``indptr[-1]``):
+    an owed check with a true ``trims`` attribute may return trimmed buffers, and reads of
+    ``values`` / ``nse`` run it first, so no caller sees the untrimmed arrays; a check without
+    ``trims`` leaves ``values`` O(1)."""
+    from ust.tensor import Tensor
+
+    A = _canonical()
+    nnz = int(A.indptr[-1])
+    data = np.concatenate([A.data, [7.0, 9.0]])  # two slots past the last entry
+    idx = np.concatenate([A.indices, np.array([0, 1], dtype=A.indices.dtype)])
+    calls: list[int] = []
+
+    class Trim:
+        trims = True
+
+        def __call__(self, shape: Any, fmt: Any, pos: Any, crd: Any, values: Any) -> Any:
+            calls.append(1)
+            end = int(pos[1][-1])
+            return pos, (None, crd[1][:end]), values[:end]
+
+    t = Tensor._trusted((N, N), ust.format("CSR"), data, (None, A.indptr), (None, idx), Trim())
+    assert t.nse == nnz and t.values.shape == (nnz,) and t.crd(1).shape == (nnz,)
+    assert len(calls) == 1  # run once
+    np.testing.assert_array_equal(t.todense(), A.toarray())
+
+    class Plain:
+        def __call__(self, *args: Any) -> None:
+            calls.append(2)
+
+    u = Tensor._trusted((N, N), ust.format("CSR"), A.data, (None, A.indptr), (None, A.indices), Plain())
+    assert u.values is A.data and u.nse == nnz and 2 not in calls  # values / nse read nothing
+    u.crd(1)
+    assert calls.count(2) == 1
