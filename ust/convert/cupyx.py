@@ -86,14 +86,15 @@ class _OwedBounds:
         counts ``data.size`` as nnz, SciPy ``indptr[-1]``: ust follows SciPy, as the checked path
         does) the trimmed buffers are returned; a failure is worded by the checked path."""
         indptr, indices = pos[1], crd[1]
-        ok, end = _bounds(indptr, indices, shape[1] if fmt == get("CSR") else shape[0])
+        csr = fmt == _compressed_format(True)
+        ok, end = _bounds(indptr, indices, shape[1] if csr else shape[0])
         if not ok:
             from ust.tensor.buffers import Buffers
             from ust.tensor.validate import check_buffers
 
             nidx = int(indices.shape[0])
             if end > nidx:
-                name = "csr" if fmt == get("CSR") else "csc"
+                name = "csr" if csr else "csc"
                 raise ShapeError(f"{name} indices hold {nidx} entries but indptr ends at {end}")
             check_buffers(Buffers(shape, fmt, pos, crd, values), "bounds")
             raise ShapeError(
@@ -143,7 +144,7 @@ def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
     if A.__dict__.get("_has_sorted_indices", True) is False:
         return None  # cupyx says unsorted: the checked path labels it
     if canonical is None:  # cupyx would probe the index arrays: check them first, now
-        ok, end = _bounds(indptr, indices, shape[1] if A.format == "csr" else shape[0])
+        ok, end = _bounds(indptr, indices, shape[1] if csr else shape[0])
         if not ok or end != nidx or (nidx and not bool(A.has_canonical_format)):
             return None  # the checked path words the error, trims, or labels the order
         t = Tensor._trusted(shape, fmt, vals, (None, indptr), (None, indices))
