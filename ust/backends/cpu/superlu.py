@@ -171,9 +171,10 @@ class SuperLUFactorization:
         """Find the ordering (a saved one is taken as is); returns facts for PlanInfo."""
         if user_perm is not None:
             self.perm = check_permutation(user_perm, self.n, "the saved permutation")
-            self._lu, self._direct = None, False
+            self._lu, self._direct, self._a_csc = None, False, None
             return {"ordering": f"{self.settings.spec} (saved plan)"}
         self._lu = self._splu(self.a, self.settings.spec)
+        self._a_csc = None  # SuperLU holds its factors now: the copy is not kept beside A
         self._direct = True
         self.perm = np.argsort(self._lu.perm_c)
         return {"ordering": self.settings.spec}
