@@ -192,8 +192,8 @@ class Tensor:
         """Run the check the intake deferred (:meth:`_trusted`'s ``owed``), once: every read of
         the index buffers (:meth:`pos`, :meth:`crd`, :attr:`bufs`, :meth:`buffers`) comes here
         first (and of :attr:`values` / :attr:`nse` where the check may trim them: an owed check
-        with a true ``trims`` attribute), so no kernel or conversion of ust sees buffers that fail it.  A failure raises
-        each time (the tensor stays unchecked)."""
+        with a true ``trims`` attribute), so no kernel or conversion of ust sees buffers that
+        fail it.  A failure raises each time (the tensor stays unchecked)."""
         owed = self._owed
         if owed is not None:
             trimmed = owed(self._shape, self._format, self._pos, self._crd, self._values)
