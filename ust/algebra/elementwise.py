@@ -36,9 +36,51 @@ _LIBRARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+#: op -> the infix of SciPy's compiled kernel (``csr_plus_csr``, ``csc_elmul_csc``, ...)
+_KERNEL_OPS = {"add": "_plus_", "subtract": "_minus_", "multiply": "_elmul_"}
+
+
+def _kernel_binop(op: str, name: str, shape: tuple[int, ...], a: tuple, b: tuple, fmt: Format) -> Any:
+    """``a op b`` for two canonical csr (or csc) operands given as ``(indptr, indices, data)``,
+    by the compiled kernel SciPy's ``a + b`` / ``a.multiply(b)`` calls, with the arguments it
+    would pass, its result taken as the Tensor (no SciPy object on either side: their
+    constructors and dispatch were most of a small call); None where SciPy would cast first
+    (another index or value dtype on either side: then SciPy itself runs)."""
+    from ust.runtime.xp import _sparsetools
+    from ust.tensor import Tensor
+
+    st = _sparsetools()
+    (ap, ai, ad), (bp, bi, bd) = a, b
+    itype = ap.dtype
+    if st is None or not (ai.dtype == bp.dtype == bi.dtype == itype) or ad.dtype != bd.dtype:
+        return None
+    nnz_a, nnz_b = int(ap[-1]), int(bp[-1])
+    maxnnz = nnz_a + nnz_b
+    if itype != np.int64 and maxnnz > np.iinfo(np.int32).max:  # SciPy would widen the indices
+        return None
+    fn = getattr(st, f"{name}{_KERNEL_OPS[op]}{name}", None)
+    if fn is None:
+        return None
+    indptr = np.empty(ap.shape[0], dtype=itype)
+    indices = np.empty(maxnnz, dtype=itype)
+    data = np.empty(maxnnz, dtype=ad.dtype)
+    fn(shape[0], shape[1], ap, ai[:nnz_a], ad[:nnz_a], bp, bi[:nnz_b], bd[:nnz_b], indptr, indices, data)
+    nnz = int(indptr[-1])
+    indices, data = indices[:nnz], data[:nnz]
+    if nnz < maxnnz // 2:  # as SciPy's prune: do not keep the unused tail alive
+        indices, data = indices.copy(), data.copy()
+    return Tensor._trusted(shape, fmt, data, (None, indptr), (None, indices))
+
+
 def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
 
+    name = {get("CSR"): "csr", get("CSC"): "csc"}.get(a.format)
+    if name is not None and b.format == a.format and fmt == a.format:
+        bufs = [(t.pos(1), t.crd(1), t.values) for t in (a, b)]
+        out = _kernel_binop(op, name, tuple(map(int, a.shape)), bufs[0], bufs[1], fmt)
+        if out is not None:
+            return out
     return from_library(_LIBRARY_OPS[op](a.to_scipy(), b.to_scipy()), fmt, canonical=True)
 
 
@@ -73,11 +115,11 @@ def scipy_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
     dtypes, when the planner routes that problem to SciPy: (result Tensor, decision); else None
     (the general path then plans, checks and words any error).
 
-    The operands go to SciPy as they are: taking them into Tensors (a bounds pass each) only to
-    hand SciPy new objects around the same buffers was three quarters of a one-shot add of two
-    100 x 100 matrices; SciPy checks its own operands.  The planner is asked as always (its
-    problem and decision are cached), so the route is the table's, and the result is the same
-    Tensor the SciPy route returns."""
+    The operands' buffers go to SciPy's compiled kernel as they are (:func:`_kernel_binop`),
+    after ust's checks of what SciPy does not check (``indptr`` order, every index inside the
+    matrix: ShapeError before any work); no Tensor or SciPy object is built around them.  The
+    planner is asked as always (its problem and decision are cached), so the route is the
+    table's, and the result is the same Tensor the SciPy route returns."""
     ta, tb = type(a), type(b)
     if not (ta.__module__.startswith("scipy.sparse") and tb.__module__.startswith("scipy.sparse")):
         return None
@@ -96,6 +138,13 @@ def scipy_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
     d = choose(p)
     if d.route != "scipy":
         return None
+    from ust.convert.scipy import check_scipy
+
+    check_scipy(a)  # the bounds SciPy's kernels do not check: ust's error before any work
+    check_scipy(b)
+    out = _kernel_binop(op, name, shape, (a.indptr, a.indices, a.data), (b.indptr, b.indices, b.data), fmt)
+    if out is not None:
+        return out, d
     from ust.algebra.library import from_library
 
     return from_library(_LIBRARY_OPS[op](a, b), fmt, canonical=True), d
