@@ -96,28 +96,24 @@ def operands(n: int, density: float) -> tuple[sp.csr_array, sp.csr_array, np.nda
 
 
 def _cases(a: Any, b: Any, x: Any, device: str) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
-    """(ust's call, the baseline's) for each one-shot operation."""
+    """(ust's call, the baseline's) for each one-shot operation: SciPy's on the CPU, CuPy's on
+    the GPU (its sparse constructor and ``spsolve`` in place of SciPy's)."""
     import ust
 
     if device == "cuda":
         import cupyx.scipy.sparse as csp
         import cupyx.scipy.sparse.linalg as cspl
 
-        return {
-            "asarray(A)": (lambda: ust.asarray(a), lambda: csp.csr_matrix(a)),
-            "matmul(A, x)": (lambda: ust.matmul(a, x), lambda: a @ x),
-            "ops.add(A, B)": (lambda: ust.ops.add(a, b), lambda: a + b),
-            "ops.multiply(A, B)": (lambda: ust.ops.multiply(a, b), lambda: a.multiply(b)),
-            "asarray(A).convert('CSC')": (lambda: ust.asarray(a).convert("CSC"), lambda: a.tocsc()),
-            "solve(A, b)": (lambda: ust.solve(a, x), lambda: cspl.spsolve(a, x)),
-        }
+        make, spsolve = csp.csr_matrix, cspl.spsolve
+    else:
+        make, spsolve = sp.csr_array, spl.spsolve
     return {
-        "asarray(A)": (lambda: ust.asarray(a), lambda: sp.csr_array(a)),
+        "asarray(A)": (lambda: ust.asarray(a), lambda: make(a)),
         "matmul(A, x)": (lambda: ust.matmul(a, x), lambda: a @ x),
         "ops.add(A, B)": (lambda: ust.ops.add(a, b), lambda: a + b),
         "ops.multiply(A, B)": (lambda: ust.ops.multiply(a, b), lambda: a.multiply(b)),
         "asarray(A).convert('CSC')": (lambda: ust.asarray(a).convert("CSC"), lambda: a.tocsc()),
-        "solve(A, b)": (lambda: ust.solve(a, x), lambda: spl.spsolve(a, x)),
+        "solve(A, b)": (lambda: ust.solve(a, x), lambda: spsolve(a, x)),
     }
 
 

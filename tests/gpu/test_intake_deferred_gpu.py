@@ -23,16 +23,11 @@ cp = pytest.importorskip("cupy")
 csp = pytest.importorskip("cupyx.scipy.sparse")
 
 import ust  # noqa: E402
+from tests.test_intake_deferred import BAD as CPU_BAD  # noqa: E402
+from tests.test_intake_deferred import N  # noqa: E402
+from tests.test_intake_deferred import _canonical as _host  # noqa: E402  (a canonical SciPy csr/csc)
+from tests.test_intake_deferred import _spoil as spoil_like_scipy  # noqa: E402
 from ust.runtime.errors import FormatError, ShapeError  # noqa: E402
-
-N = 8
-
-
-def _host(kind: str = "csr", seed: int = 0) -> Any:
-    A = sp.random_array((N, N), density=0.4, format="csr", rng=seed) + N * sp.eye_array(N, format="csr")
-    A = sp.csr_matrix(A) if kind == "csr" else sp.csc_matrix(A)
-    A.sum_duplicates()
-    return A
 
 
 def _canonical(kind: str = "csr", seed: int = 0) -> Any:
@@ -45,21 +40,15 @@ def _canonical(kind: str = "csr", seed: int = 0) -> Any:
 
 
 def _spoil(G: Any, how: str) -> Any:
-    """Change the buffers after cupyx cached its flags (they still say canonical)."""
-    if how == "index-too-large":
-        G.indices[1] = 1 << 20
-    elif how == "index-negative":
-        G.indices[1] = -3
-    elif how == "index-at-extent":
-        G.indices[-1] = N
-    elif how == "indptr-decreasing":
-        G.indptr[2] = G.indptr[4]
-    elif how == "indptr-past-the-end":
+    """Change the buffers after cupyx cached its flags (they still say canonical): the CPU test's
+    spoilings, and ``indptr`` ending past the arrays (SciPy's constructor refuses that one)."""
+    if how == "indptr-past-the-end":
         G.indptr[-1] = G.indices.shape[0] + 5
-    return G
+        return G
+    return spoil_like_scipy(G, how)
 
 
-BAD = ["index-too-large", "index-negative", "index-at-extent", "indptr-decreasing", "indptr-past-the-end"]
+BAD = [*CPU_BAD, "indptr-past-the-end"]
 
 
 def _x() -> Any:

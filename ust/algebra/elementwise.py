@@ -20,7 +20,6 @@ import numpy as np
 
 from ust.algebra.coiterate import intersection, keyed, to_tensor, union
 from ust.algebra.problem import choose, problem, problem_of
-from ust.formats.library import get
 from ust.formats.model import Format
 from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
@@ -74,8 +73,9 @@ def _kernel_binop(op: str, name: str, shape: tuple[int, ...], a: tuple, b: tuple
 
 def _scipy(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     from ust.algebra.library import from_library
+    from ust.convert.scipy import _CSR_CSC
 
-    name = {get("CSR"): "csr", get("CSC"): "csc"}.get(a.format)
+    name = next((n for n, f in _CSR_CSC.items() if f == a.format), None)
     if name is not None and b.format == a.format and fmt == a.format:
         bufs = [(t.pos(1), t.crd(1), t.values) for t in (a, b)]
         out = _kernel_binop(op, name, tuple(map(int, a.shape)), bufs[0], bufs[1], fmt)
@@ -131,7 +131,9 @@ def scipy_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
     index_dtype = a.indices.dtype
     if index_dtype not in INDEX_DTYPES or not (a.has_canonical_format and b.has_canonical_format):
         return None
-    fmt = get(name.upper())
+    from ust.convert.scipy import _CSR_CSC
+
+    fmt = _CSR_CSC[name]
     shape = tuple(map(int, a.shape))
     p = problem_of("multiply" if op == "multiply" else "add", fmt, "cpu", np.result_type(a.dtype, b.dtype),
                    index_dtype, 2, max(shape), other=fmt)  # fmt: skip

@@ -502,14 +502,14 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
 def _empty_lines(full: Any, xp: Any) -> tuple[Any, Any]:
     """Indices of rows and of columns of ``full`` without a nonzero value."""
     nz = full.data != 0
-    indptr = full.indptr
+    indptr, indices = full.indptr, full.indices
     if xp is np and bool(nz.all()):  # no stored zeros (the usual case): the row pointer says it
-        rows_empty = xp.flatnonzero(indptr[1:] == indptr[:-1])
-        cols = xp.bincount(full.indices, minlength=full.shape[0])
-        return rows_empty, xp.flatnonzero(cols == 0)
-    counts = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(nz, dtype=np.int64)])
-    rows = counts[indptr[1:]] - counts[indptr[:-1]]
-    cols = xp.bincount(full.indices[nz], minlength=full.shape[0])
+        rows = indptr[1:] - indptr[:-1]
+    else:
+        counts = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(nz, dtype=np.int64)])
+        rows = counts[indptr[1:]] - counts[indptr[:-1]]
+        indices = indices[nz]
+    cols = xp.bincount(indices, minlength=full.shape[0])
     return xp.flatnonzero(rows == 0), xp.flatnonzero(cols == 0)
 
 

@@ -339,10 +339,15 @@ class Matmul(StatefulOperation):
         self.reset_operands_unchecked(b=b, c=c) if c is not None else self.reset_operands_unchecked(b=b)
         out = self.execute()
         self.out = None  # the next call allocates a fresh result: this one belongs to the caller
-        detach = getattr(self.executor, "detach", None)
-        if detach is not None:  # an executor that keeps its result buffer must not reuse it
-            detach()
+        self._hand_over()
         return out
+
+    def _hand_over(self) -> None:
+        """The last result is the caller's: an executor that keeps its result buffer (and
+        would write the next result into it) must not reuse it."""
+        detach = getattr(self.executor, "detach", None)
+        if detach is not None:
+            detach()
 
     def _run_on_device(self, b: Any, c: Any, stream: Any) -> Any:
         """The GPU twin of the CPU branch of :meth:`_run_cached`: B handed to the executor as it
@@ -359,9 +364,7 @@ class Matmul(StatefulOperation):
             with xp.cuda.Device(self.space.device_id or 0):
                 out = xp.empty(self._result_shape(self.a, b.shape), dtype=self.dtype, order=self._out_order)
         result = ex.run(b, c, out, self._place.stream(stream))
-        detach = getattr(ex, "detach", None)
-        if detach is not None:  # the result is the caller's: the next run must not write into it
-            detach()
+        self._hand_over()
         return result
 
     def _deliver(self, out: Any) -> Any:

@@ -108,10 +108,11 @@ class _OwedBounds:
 _owed_compressed = _OwedBounds()
 
 
-@functools.cache
 def _compressed_format(csr: bool) -> Format:
-    """The standard CSR (``csr``) or CSC format (looked up once: the intake of every call)."""
-    return get("CSR" if csr else "CSC")
+    """The standard CSR (``csr``) or CSC format: the SciPy intake's table, built once."""
+    from ust.convert.scipy import _CSR_CSC
+
+    return _CSR_CSC["csr" if csr else "csc"]
 
 
 def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:
