@@ -406,13 +406,24 @@ def test_execution_cuda_without_gpu_is_clear() -> None:
 
 
 def test_logging_says_what_ran(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="ust"):
-        L.solve(poisson2d(5), np.ones(25), execution="cpu")
+    with (
+        caplog.at_level(logging.INFO, logger="ust"),
+        L.DirectSolver(poisson2d(5), np.ones(25), execution="cpu") as s,
+    ):
+        s.execute()
     text = "\n".join(caplog.messages)
     assert "operands are in cpu memory; the execution space is cpu" in text
     assert "route: SuperLU" in text and "MMD_AT_PLUS_A because the nonzero pattern is symmetric" in text
     assert "superlu factorization took" in text and "backward error" in text
     assert all(r.name.startswith("ust.") for r in caplog.records)
+
+
+def test_logging_says_a_small_one_shot_solve_ran_the_dense_lu(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="ust"):
+        L.solve(poisson2d(5), np.ones(25), execution="cpu")
+    text = "\n".join(caplog.messages)
+    assert "route for solve: dense-lu (a one-shot solve of a small system (n <= 128)" in text
+    assert "route: dense LU (LAPACK" in text and "dense-lu factorization took" in text
 
 
 # ------------------------------------------------------------------ saved plans

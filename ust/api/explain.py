@@ -17,7 +17,7 @@ import numpy as np
 from ust.api.algebra import explain as explain_algebra
 from ust.api.indexing import explain as explain_getitem
 from ust.api.matmul import Matmul, _is_dense_tensor, _is_sparse_operand
-from ust.plan.planner import Decision, decide
+from ust.plan.planner import Decision, choose, decide
 from ust.runtime.placement import planning_only
 
 __all__ = [
@@ -164,7 +164,8 @@ def explain_solve(a: Any, b: Any, *, execution: Any = None, **options: Any) -> s
         dtype = _solve_dtype(_np_dtype(a), _np_dtype(b))
     except Exception:  # explain names the route even where the dtypes would be refused
         dtype = np.dtype(np.float64)
-    d = decide(solve_problem(space, dtype))
+    n = int(a.shape[0]) if len(getattr(a, "shape", ())) == 2 else 0
+    d = choose(solve_problem(space, dtype, n, opts, one_shot=True), opts.route)
     fmt = getattr(getattr(a, "format", None), "standard_name", None) or type(a).__name__
     lines = [
         f"operation: solve (A x = b, matrix_type={opts.matrix_type!r}, matrix_view={opts.matrix_view!r})",

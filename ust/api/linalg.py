@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ust.plan.planner import decide
+from ust.plan.planner import choose
 from ust.plan.routes import route as register_route
 from ust.plan.routes import route_of
 from ust.plan.rules import Problem
@@ -217,6 +217,15 @@ class DirectSolverOptions:
         """GPU indices to solve on: one index runs on that GPU, two or more run cuDSS's multi-GPU
         (MG) mode over them.  None: the GPU of the operands or of ``execution``.""",
     )
+    route: str | None = option(
+        None,
+        """The factorisation route, as the planner names it: ``superlu`` (CPU), ``cudss`` (GPU) or
+        ``dense-lu`` (LAPACK / cuSOLVER dense LU, n up to 8192).  None: the planner's choice --
+        a one-shot :func:`solve` of a small system (n <= 128 on the CPU, 2048 on a GPU) with the
+        default pivoting and ordering options runs the dense LU, everything else the sparse
+        library.  A route that cannot run this system raises :class:`~ust.UnsupportedError`
+        naming the candidates.""",
+    )
     precision: str = option(
         "double",
         """``double``: factor in the solve dtype.  ``mixed`` (float64 / complex128 systems): factor
@@ -237,6 +246,8 @@ class DirectSolverOptions:
         _one_of("reordering", self.reordering, REORDERINGS)
         _one_of("pivoting", self.pivoting, PIVOTING)
         _one_of("precision", self.precision, PRECISIONS)
+        if self.route is not None and not isinstance(self.route, str):
+            raise InvalidValueError(f"route must be a route name or None, not {self.route!r}")
         if self.host_threads is not None and (
             not isinstance(self.host_threads, int) or self.host_threads < 1
         ):
@@ -255,6 +266,8 @@ class DirectSolverOptions:
         """Options from None, a dict or an instance, with keyword overrides."""
         if type(options) is cls and not overrides:  # frozen: an instance is shared as it is
             return options
+        if options is None and not overrides and cls is DirectSolverOptions:
+            return _DEFAULT_OPTIONS
         names = {f.name for f in fields(cls)}
         if options is None:
             values: dict[str, Any] = {}
@@ -281,6 +294,9 @@ class DirectSolverOptions:
         if self.check is True:
             return float(np.finfo(dtype).eps ** (2.0 / 3.0))
         return float(self.check)
+
+
+_DEFAULT_OPTIONS = DirectSolverOptions()
 
 
 @dataclass(frozen=True)
@@ -632,16 +648,22 @@ def solution_error(
     if tolerance is None:
         return None
     dt = np.dtype(dtype)
-    lib = {"cudss": "cuDSS", "superlu": "SuperLU"}.get(backend, backend)
+    lib = {"cudss": "cuDSS", "superlu": "SuperLU", "dense-lu": "the dense LU"}.get(backend, backend)
     small = int(small_pivots or 0)
     pivots = ""
     res_bad = not relative_residual <= tolerance
     res_text = "NaN" if relative_residual != relative_residual else f"{relative_residual:.3e}"
+    from ust.backends.engines import SMALL_PIVOT
+
     if small and backend == "cudss":
         pivots = f"cuDSS perturbed {small} small pivot(s) to its pivot epsilon (CUDSS_DATA_NPIVOTS)"
+    elif small and backend == "dense-lu":
+        pivots = (
+            "the dense LU's factor has a pivot of magnitude at most "
+            f"{SMALL_PIVOT[8 if np.finfo(dt).bits >= 64 else 4]:.0e} ||A||_inf or a reciprocal condition "
+            "number estimate below machine epsilon"
+        )
     elif small:
-        from ust.backends.cpu.superlu import SMALL_PIVOT
-
         eps = SMALL_PIVOT[8 if np.finfo(dt).bits >= 64 else 4]
         pivots = f"{lib}'s factor has {small} pivot(s) of magnitude at most {eps:.0e} ||A||_inf"
     if small and res_bad and pivoting:
@@ -739,17 +761,40 @@ def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
     return config
 
 
-def solve_problem(space: ExecutionSpace, dtype: Any) -> Problem:
-    """The planner's view of a direct solve: the device and the value dtype (any format: A is CSR)."""
+def _library_defaults(o: DirectSolverOptions) -> bool:
+    """The options leave pivoting, ordering and precision to the library, on one device: a dense
+    LU (partial pivoting, no ordering) honours them as SuperLU and cuDSS would."""
+    return (
+        o.pivoting == "auto"
+        and o.pivot_threshold is None
+        and o.pivot_epsilon is None
+        and o.reordering == "default"
+        and not o.hybrid_memory
+        and (o.devices is None or len(o.devices) == 1)
+        and o.precision == "double"
+    )
+
+
+def solve_problem(
+    space: ExecutionSpace,
+    dtype: Any,
+    n: int = 0,
+    options: DirectSolverOptions | None = None,
+    one_shot: bool = False,
+) -> Problem:
+    """The planner's view of a direct solve: the device, the value dtype, n (any format: A is
+    CSR), whether the options are the libraries' defaults and whether it is a one-shot call."""
     return Problem(
         op="solve",
         device=space.kind,
         format_class="CSR",
         format_params=(),
         canonical=True,
-        dtype=str(np.dtype(dtype)),
+        dtype=np.dtype(dtype).name,
         index_dtype="int32",
-        plain=True,
+        plain=_library_defaults(options or DirectSolverOptions()),
+        max_extent=int(n),
+        one_shot=one_shot,
     )
 
 
@@ -835,6 +880,39 @@ def _superlu_engine(solver: DirectSolver, pivot_epsilon: float | None = None) ->
         engine.ordering_spec,
         engine.ordering_reason,
     )
+    return engine
+
+
+def _require_dense_lu(solver: DirectSolver) -> bool:
+    """The dense LU route needs CuPy and a usable GPU on a GPU, nothing beyond SciPy on the CPU."""
+    if solver.space.is_cuda:
+        require_device(solver.space.device_id)
+    return True
+
+
+@register_route("solve", "dense-lu", available=_require_dense_lu)
+def _dense_lu_engine(solver: DirectSolver, pivot_epsilon: float | None = None) -> Any:
+    """A dense LU with partial pivoting (LAPACK on the CPU, cuSOLVER on a GPU) of the full matrix."""
+    from ust.backends.dense_lu import DenseLUEngine
+
+    o, space = solver.options, solver.space
+    lapack: Any
+    if space.is_cuda:
+        from ust.backends.cuda.dense_lu import DeviceLapack
+
+        lapack = DeviceLapack(space.device_id or 0, solver._stream)
+    else:
+        from ust.backends.cpu.dense_lu import HostLapack
+
+        lapack = HostLapack()
+    engine = DenseLUEngine(
+        solver._full_matrix(),
+        lapack=lapack,
+        symmetric=o.matrix_type != "general",
+        norm=solver._norm,
+        diagnose=_diagnosis(solver),
+    )
+    _log.info("route: dense LU (%s), %d x %d, partial pivoting", lapack.version, solver.n, solver.n)
     return engine
 
 
@@ -980,6 +1058,9 @@ class DirectSolver(StatefulOperation):
     """
 
     kind: ClassVar[str] = "direct_solver"
+    #: A one-shot solve (:func:`solve`): nothing is kept for later calls, so a small system may
+    #: take the dense LU route.
+    one_shot: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """``options={"precision": "mixed"}`` makes the mixed-precision solver (a subclass)."""
@@ -1010,8 +1091,8 @@ class DirectSolver(StatefulOperation):
         self._place.log(_log)
         _log.info("direct solve on %s because %s", self.space.describe(), why)
         #: the planner's choice (the "solve" rules): the engine's route and why
-        self.decision = decide(solve_problem(self.space, self.dtype))
-        _log.info("route for solve: %s (%s)", self.decision.route, self.decision.reason)
+        problem = solve_problem(self.space, self.dtype, self.n, self.options, self.one_shot)
+        self.decision = choose(problem, self.options.route)
         route_of(self.decision.rule).available(self)  # a missing CuPy / GPU / cuDSS is reported now
         # --- operands into the execution space
         self._csr = self._load_matrix(a) if self.n else self._empty_matrix()
@@ -1455,7 +1536,7 @@ class DirectSolver(StatefulOperation):
 
     def _plan_libraries(self) -> dict[str, Any]:
         """cuDSS beside the stateful base's NumPy / SciPy / CuPy / CUDA runtime versions."""
-        if self.space.is_cuda:
+        if self.backend == "cudss":
             from ust.backends.cuda.cudss import get_library
 
             return {"cudss": lambda: get_library().version_text}
@@ -1519,6 +1600,9 @@ class DirectSolver(StatefulOperation):
         ]
         if not problems and plan.get("pattern_sha256") != _pattern_digest(solver._csr):
             problems.append("another sparsity pattern")
+        if not problems and perm is None and solver.backend == "dense-lu":
+            _log.info("the saved plan %s is a dense LU's: it holds no ordering to reuse", where)
+            return solver
         if problems or perm is None:
             _log.warning(
                 "the saved plan %s does not fit (%s); planning afresh",
@@ -1688,8 +1772,15 @@ def solve(
     opts = DirectSolverOptions.coerce(options, **option_fields)
     if isinstance(a, (list, tuple)):
         return _solve_batch(list(a), b, opts, execution, stream)
-    with DirectSolver(a, b, options=opts, execution=execution, stream=stream) as solver:
+    cls = DirectSolver if opts.precision == "mixed" else _OneShotSolver
+    with cls(a, b, options=opts, execution=execution, stream=stream) as solver:
         return solver.execute()
+
+
+class _OneShotSolver(DirectSolver):
+    """The solver behind :func:`solve`: freed after one solve, so the planner may pick the dense LU."""
+
+    one_shot = True
 
 
 def _solve_batch(

@@ -3,8 +3,10 @@
 :class:`~ust.api.linalg.DirectSolver` holds one engine, chosen by the planner (the ``"solve"``
 rules: ``superlu`` on the CPU, ``cudss`` on a GPU), and drives its phases -- ``analyse``,
 ``factorize`` / ``refactorize``, ``solve``, ``set_values``, ``free`` -- without knowing which
-library is behind it.  The adapters: :class:`ust.backends.cpu.superlu_engine.SuperLUEngine` and
-:class:`ust.backends.cuda.cudss_engine.CudssEngine` (imported when the route is built).
+library is behind it.  The adapters: :class:`ust.backends.cpu.superlu_engine.SuperLUEngine`,
+:class:`ust.backends.cuda.cudss_engine.CudssEngine` and the dense LU of small systems,
+:class:`ust.backends.cpu.dense_lu.DenseLUEngine` / :class:`ust.backends.cuda.dense_lu.DenseLUEngine`
+(imported when the route is built).
 """
 
 from __future__ import annotations
@@ -13,7 +15,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Analysis", "FactorizationEngine"]
+__all__ = ["SMALL_PIVOT", "Analysis", "FactorizationEngine", "count_small_pivots", "lu_pivot_facts"]
+
+#: A pivot ``|U_ii| <= SMALL_PIVOT[itemsize of the real type] * ||A||_inf`` counts as small:
+#: the CPU's counterpart of the pivots cuDSS perturbs (its default pivot epsilon is 1e-13
+#: for double precision), reported as ``small_pivots`` and used by the solution check.
+SMALL_PIVOT = {8: 1e-13, 4: 1e-5}
+
+
+def count_small_pivots(u_diagonal: Any, norm: float, xp: Any) -> int:
+    """How many entries of ``diag(U)`` (host or device) are at or below ``SMALL_PIVOT * ||A||_inf``."""
+    if not u_diagonal.size:
+        return 0
+    eps = SMALL_PIVOT[8 if u_diagonal.real.dtype.itemsize >= 8 else 4]
+    return int(xp.count_nonzero(xp.abs(u_diagonal) <= eps * norm))
+
+
+def lu_pivot_facts(u_diagonal: Any, swaps: int, symmetric: bool) -> dict[str, Any]:
+    """``npivots`` and ``inertia`` of ``P A = L U`` with ``swaps`` row interchanges: for a symmetric
+    type without interchanges, Sylvester's law makes the signs of ``diag(U)`` A's inertia."""
+    facts: dict[str, Any] = {"npivots": swaps if symmetric else None, "inertia": None}
+    if symmetric and swaps == 0:
+        d = u_diagonal.real
+        facts["inertia"] = (int((d > 0).sum()), int((d < 0).sum()))
+    return facts
 
 
 @dataclass

@@ -41,6 +41,7 @@ class Problem:
     batched: bool = False
     epilog: bool = False
     max_extent: int = 0  # the largest dimension: libraries allocate vectors that long
+    one_shot: bool = False  # a one-shot call: no plan is kept for later calls (ust.solve)
 
     @property
     def format_text(self) -> str:
@@ -305,13 +306,38 @@ _CONVERT_RULES: tuple[Rule, ...] = (
 )
 
 # ---------------------------------------------------------------------------- direct solve, dense, FFT
+#: The largest n a one-shot solve factors as a dense matrix, by device: below it the ``(2/3) n^3``
+#: flops of LAPACK's / cuSOLVER's dense LU cost less than a sparse factorisation's fixed work
+#: (SuperLU's ordering and bookkeeping, ~200 us at n = 100 on the CPU; cuDSS's analysis phase,
+#: ~10 ms on the H200 whatever the size; benchmarks/RESULTS.md, "dense LU").
+DENSE_SOLVE_MAX_N = MappingProxyType({"cpu": 128, "cuda": 2048})
+#: The largest n the dense LU route takes when forced (``route="dense-lu"``): n^2 values in memory.
+DENSE_SOLVE_LIMIT = 8192
+
+_CONDITIONS["small_dense_solve"] = lambda p: (
+    p.one_shot and p.plain and 0 < p.max_extent <= DENSE_SOLVE_MAX_N.get(p.device, 0)
+)
+_CONDITIONS["dense_fits"] = lambda p: 0 < p.max_extent <= DENSE_SOLVE_LIMIT
+
+_DENSE_LU_REASON = (
+    "a one-shot solve of a small system (n <= {n}): LAPACK's / cuSOLVER's dense LU with partial "
+    "pivoting costs less than any sparse factorisation's analysis; no ordering is kept for later calls"
+)
 _SOLVE_RULES: tuple[Rule, ...] = (
+    Rule("solve", "cuda", ANY, "dense-lu", _DENSE_LU_REASON.replace("{n}", str(DENSE_SOLVE_MAX_N["cuda"])),
+         index_dtypes=ANY, when="small_dense_solve"),
+    Rule("solve", "cpu", ANY, "dense-lu", _DENSE_LU_REASON.replace("{n}", str(DENSE_SOLVE_MAX_N["cpu"])),
+         index_dtypes=ANY, when="small_dense_solve"),
     Rule("solve", "cuda", ANY, "cudss",
          "cuDSS factorises on the GPU (A converted to CSR; refinement and mixed precision inside "
          "its solve phase)", index_dtypes=ANY),
     Rule("solve", "cpu", ANY, "superlu",
          "SciPy's SuperLU with an ordering chosen for the pattern at plan time (A converted to CSR)",
          index_dtypes=ANY),
+    *(Rule("solve", dev, ANY, "dense-lu",
+           f"a dense LU with partial pivoting of the densified matrix (n <= {DENSE_SOLVE_LIMIT}; "
+           "chosen by route='dense-lu')", index_dtypes=ANY, when="dense_fits")
+      for dev in ("cuda", "cpu")),
 )
 
 _ITERATIVE_RULES: tuple[Rule, ...] = (

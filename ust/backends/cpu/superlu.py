@@ -20,6 +20,7 @@ import scipy
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
+from ust.backends.engines import SMALL_PIVOT, count_small_pivots, lu_pivot_facts
 from ust.runtime.errors import ShapeError, SingularMatrixError, UnsupportedError
 
 __all__ = ["ORDERINGS", "SMALL_PIVOT", "SuperLUFactorization", "check_permutation", "choose_ordering"]
@@ -34,11 +35,6 @@ ORDERINGS = {
     "none": "NATURAL",
 }
 _SYMMETRIC_TYPES = frozenset({"symmetric", "spd", "hermitian", "hpd"})
-
-#: A pivot ``|U_ii| <= SMALL_PIVOT[itemsize of the real type] * ||A||_inf`` counts as small:
-#: the CPU's counterpart of the pivots cuDSS perturbs (its default pivot epsilon is 1e-13
-#: for double precision), reported as ``small_pivots`` and used by the solution check.
-SMALL_PIVOT = {8: 1e-13, 4: 1e-5}
 
 
 def check_permutation(perm: Any, n: int, what: str = "the permutation") -> np.ndarray:
@@ -198,30 +194,17 @@ class SuperLUFactorization:
         self._a_csc = None  # the old values' copy
         self._lu = None
 
-    def small_pivots(self, u_diagonal: np.ndarray) -> int:
-        """How many pivots are at or below ``SMALL_PIVOT * ||A||_inf`` (see :data:`SMALL_PIVOT`)."""
-        if not u_diagonal.size:
-            return 0
-        norm = self._norm()
-        eps = SMALL_PIVOT[8 if np.finfo(u_diagonal.dtype).bits >= 64 else 4]
-        return int(np.count_nonzero(np.abs(u_diagonal) <= eps * norm))
-
     def factor_facts(self) -> dict[str, Any]:
         lu = self._lu
         u = lu.U
+        diag = u.diagonal()
         facts: dict[str, Any] = {
             "lu_nnz": int(lu.L.nnz + u.nnz),
-            "npivots": None,
-            "inertia": None,
-            "small_pivots": self.small_pivots(u.diagonal()),
+            "small_pivots": count_small_pivots(diag, self._norm(), np),
         }
-        if self.settings.symmetric:
-            # Sylvester: with P A P^T = L U and symmetric pivoting only, the signs of diag(U) are A's inertia.
-            swapped = int((lu.perm_r != lu.perm_c).sum())
-            facts["npivots"] = swapped
-            if swapped == 0:
-                d = u.diagonal().real
-                facts["inertia"] = (int((d > 0).sum()), int((d < 0).sum()))
+        # With P A P^T = L U and symmetric pivoting only, the swaps are where perm_r leaves perm_c.
+        swaps = int((lu.perm_r != lu.perm_c).sum()) if self.settings.symmetric else 0
+        facts.update(lu_pivot_facts(diag, swaps, self.settings.symmetric))
         return facts
 
     def solve(self, b: np.ndarray) -> np.ndarray:
