@@ -66,10 +66,11 @@ class DeviceLapack:
         cp = self._cupy
         n = int(full.shape[0])
         with self._on_stream():
-            out = cp.zeros((n, n), dtype=full.dtype, order="F")
+            # flat: a raw 2-D argument's [] reads its index in row-major order whatever its layout
+            flat = cp.zeros(n * n, dtype=full.dtype)
             if n:
-                _scatter_kernel(cp)(full.indptr, full.indices, full.data, n, out, size=n)
-        return out
+                _scatter_kernel(cp)(full.indptr, full.indices, full.data, n, flat, size=n)
+        return flat.reshape((n, n), order="F")
 
     def getrf(self, a: Any) -> tuple[Any, Any, int, int]:
         cp = self._cupy
