@@ -82,3 +82,19 @@ def test_a_forced_dense_lu_on_the_gpu_refactorises_on_its_stream() -> None:
         s.reset_operands(a=csp.csr_matrix(a2))
         s.refactorize()
         np.testing.assert_allclose(cp.asnumpy(s.solve()), sla.spsolve(a2.tocsc(), b), rtol=1e-11)
+
+
+def test_the_device_screen_refuses_what_the_host_checks_refuse() -> None:
+    """NaN / Inf values (also in a triangle the view ignores) and empty lines: the CPU's errors."""
+    from ust.runtime.errors import InvalidValueError
+
+    nan = sp.csr_array(np.array([[1.0, np.nan], [0.0, 1.0]]))
+    for ex in ("cpu", "cuda"):
+        with pytest.raises(InvalidValueError, match="1 NaN or Inf"):
+            L.solve(nan, np.ones(2), execution=ex)
+        with pytest.raises(InvalidValueError, match="1 NaN or Inf"):
+            L.solve(nan, np.ones(2), execution=ex, matrix_type="symmetric", matrix_view="lower")
+        with pytest.raises(SingularMatrixError, match="column 1 has no nonzero entry"):
+            L.solve(sp.csr_array(np.array([[1.0, 0.0], [1.0, 0.0]])), np.ones(2), execution=ex)
+        with pytest.raises(SingularMatrixError, match="row 0 has no nonzero entry"):
+            L.solve(sp.csr_array(np.array([[0.0, 0.0], [1.0, 1.0]])), np.ones(2), execution=ex)

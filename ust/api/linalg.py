@@ -444,9 +444,12 @@ def _to_cupyx_csr(a: Any, device_id: int, dtype: np.dtype) -> Any:
 
     pkg = operand_package(a)
     on_host = pkg == "scipy" or (pkg == "ust" and not isinstance(a, Tensor))  # a Tensor-like: to_scipy
+    from ust.convert.cupyx import to_cupyx
+
     src = _to_scipy_csr(a) if on_host else a  # SciPy's conversion, on the host
     with import_cupy().cuda.Device(device_id):
-        return asarray(src, "CSR", dtype=dtype, device=f"cuda:{device_id}").to_cupyx()
+        # a checked cupyx csr of the caller comes back as it is (read, never written)
+        return to_cupyx(asarray(src, "CSR", dtype=dtype, device=f"cuda:{device_id}"), reuse_source=True)
 
 
 @dataclass
@@ -458,6 +461,8 @@ class _Csr:
     data: Any
     n: int
     xp: Any
+    #: a SciPy / cupyx CSR holding exactly these arrays, where there is one (the full matrix then)
+    matrix: Any = None
 
     @property
     def nnz(self) -> int:
@@ -474,9 +479,12 @@ def _canonical(m: Any, dtype: np.dtype, space: ExecutionSpace) -> _Csr:
         xp = import_cupy()
         # cuDSS: int32 column indices; row offsets int32 unless nnz needs int64.
         off = np.int32 if m.indices.size < 2**31 - 1 else np.int64
-        return _Csr(
+        c = _Csr(
             m.indptr.astype(off, copy=False), m.indices.astype(np.int32, copy=False), data, m.shape[0], xp
         )
+        if c.indptr is m.indptr and c.indices is m.indices and c.data is m.data:
+            c.matrix = m
+        return c
     return _Csr(m.indptr, m.indices, data, m.shape[0], np)
 
 
@@ -497,6 +505,8 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
     """The whole matrix as a SciPy / cupyx CSR: the stored one, or a triangle mirrored across the diagonal."""
     sparse = _sparse_module(c.xp)
     if view == "full":
+        if c.matrix is not None:
+            return c.matrix
         if c.xp is np:  # buffers the intake has checked: no second check by SciPy's constructor
             from ust.convert.scipy import compressed_array
 
@@ -1096,11 +1106,14 @@ class DirectSolver(StatefulOperation):
         route_of(self.decision.rule).available(self)  # a missing CuPy / GPU / cuDSS is reported now
         # --- operands into the execution space
         self._csr = self._load_matrix(a) if self.n else self._empty_matrix()
-        self._validate_values(self._csr, "the matrix")
         self._full: Any = None
         self._norm_a: float | None = None
-        if self.n:
-            self._check_structure()
+        if self.n and self.space.is_cuda:
+            self._screen_on_device()
+        else:
+            self._validate_values(self._csr, "the matrix")
+            if self.n:
+                self._check_structure()
         self._b = _rhs_in_space(b, self._place, self.dtype)
         self._validate_values(self._b, "b")
         self._stream = self._stream_pointer(stream)
@@ -1160,6 +1173,20 @@ class DirectSolver(StatefulOperation):
             raise InvalidValueError(
                 f"{what} contains {bad} NaN or Inf value(s); a direct solve needs finite values"
             )
+
+    def _screen_on_device(self) -> None:
+        """Values, empty lines and ``||A||_inf`` in one device pass; the host-side checks run only
+        to name what the pass found wrong (or, for a one-triangle view, the values it skips)."""
+        from ust.backends.cuda.screen import matrix_screen
+
+        full = self._full_matrix()
+        bad, empty_rows, empty_cols, norm = matrix_screen(full.indptr, full.indices, full.data, self.n)
+        if bad or self.options.matrix_view != "full":
+            self._validate_values(self._csr, "the matrix")
+        if empty_rows or empty_cols:
+            self._check_structure()
+        if norm == norm:
+            self._norm_a = norm
 
     def _full_matrix(self) -> Any:
         if self._full is None:
