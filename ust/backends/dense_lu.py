@@ -76,8 +76,9 @@ class DenseLapack(Protocol):
         where that is cheaper to write, ``Aᵀ``: :meth:`getrs` knows which)."""
         ...
 
-    def getrf(self, a: Any) -> tuple[Any, Any, int, int]:
-        """Factor ``a`` in place: ``(lu, pivots, info, row interchanges)``, LAPACK's ``info``."""
+    def getrf(self, a: Any, count_swaps: bool) -> tuple[Any, Any, int, int, float]:
+        """Factor ``a`` in place: ``(lu, pivots, info, row interchanges, smallest |U_ii|)`` with
+        LAPACK's ``info`` (the interchanges counted only when asked, else 0)."""
         ...
 
     def getrs(self, lu: Any, piv: Any, b: Any) -> Any:
@@ -123,7 +124,7 @@ class DenseLUEngine:
         return Analysis(ORDERING)
 
     def factorize(self, phase: str = "factorization") -> dict[str, Any]:
-        lu, piv, info, swaps = self.lapack.getrf(self.lapack.densify(self.full))
+        lu, piv, info, swaps, smallest = self.lapack.getrf(self.lapack.densify(self.full), self.symmetric)
         if info > 0:
             raise SingularMatrixError(
                 f"dense LU: the matrix is exactly singular (pivot {info} of {self.n} is zero){self._diagnose()}"
@@ -132,7 +133,6 @@ class DenseLUEngine:
         diag = lu.diagonal()
         norm = self._norm()
         xp, eps = self.lapack.xp, np_eps(lu.dtype)
-        smallest = float(xp.abs(diag).min()) if self.n else norm
         small = 0
         if smallest <= SMALL_PIVOT[8 if eps < 1e-10 else 4] * norm:
             small = count_small_pivots(diag, norm, xp)

@@ -26,13 +26,14 @@ class HostLapack:
         solves with the transposed factors."""
         return full.toarray().T
 
-    def getrf(self, a: Any) -> tuple[Any, Any, int, int]:
+    def getrf(self, a: Any, count_swaps: bool) -> tuple[Any, Any, int, int, float]:
         getrf = lapack.get_lapack_funcs("getrf", (a,))
         lu, piv, info = getrf(a, overwrite_a=True)
         if info < 0:
             raise UstError(f"LAPACK {getrf.typecode}getrf rejected argument {-info}")
-        swaps = int(np.count_nonzero(piv != np.arange(piv.size, dtype=piv.dtype)))
-        return lu, piv, int(info), swaps
+        swaps = int(np.count_nonzero(piv != np.arange(piv.size, dtype=piv.dtype))) if count_swaps else 0
+        smallest = float(np.abs(lu.diagonal()).min()) if lu.size else 0.0
+        return lu, piv, int(info), swaps, smallest
 
     def getrs(self, lu: Any, piv: Any, b: Any) -> Any:
         getrs = lapack.get_lapack_funcs("getrs", (lu,))

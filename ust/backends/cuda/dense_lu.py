@@ -72,7 +72,7 @@ class DeviceLapack:
                 _scatter_kernel(cp)(full.indptr, full.indices, full.data, n, flat, size=n)
         return flat.reshape((n, n), order="F")
 
-    def getrf(self, a: Any) -> tuple[Any, Any, int, int]:
+    def getrf(self, a: Any, count_swaps: bool) -> tuple[Any, Any, int, int, float]:
         cp = self._cupy
         n = int(a.shape[0])
         with self._on_stream():
@@ -84,12 +84,17 @@ class DeviceLapack:
             self._fn("getrf", a.dtype)(
                 handle, n, n, a.data.ptr, n, work.data.ptr, piv.data.ptr, info.data.ptr
             )
-            # info and the row interchanges (cuSOLVER's pivots are 1-based) in one transfer
-            swaps = cp.count_nonzero(piv != cp.arange(1, n + 1, dtype=np.int32)).astype(np.int32)
-            got = cp.concatenate([info, swaps.reshape(1)]).get()
+            # info, the smallest pivot and the row interchanges (cuSOLVER's pivots are 1-based)
+            # in one transfer
+            parts = [info.astype(np.float64), cp.abs(a.diagonal()).min(keepdims=True).astype(np.float64)]
+            if count_swaps:
+                parts.append(
+                    cp.count_nonzero(piv != cp.arange(1, n + 1, dtype=np.int32)).reshape(1).astype(np.float64)
+                )
+            got = cp.concatenate(parts).get()
         if got[0] < 0:
             raise UstError(f"cuSOLVER getrf rejected argument {-int(got[0])}")
-        return a, piv, int(got[0]), int(got[1])
+        return a, piv, int(got[0]), int(got[2]) if count_swaps else 0, float(got[1])
 
     def getrs(self, lu: Any, piv: Any, b: Any, trans: int = 0) -> Any:
         """``x`` of ``op(A) x = b``: ``trans`` 0 for ``A``, 2 for ``A^H`` (cuBLAS's operation codes)."""
