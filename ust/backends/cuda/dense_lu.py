@@ -5,6 +5,7 @@ where cuDSS's analysis alone takes about ten."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -46,13 +47,22 @@ class DeviceLapack:
         self.device_id, self.stream = device_id, stream
         self.version = f"cuSOLVER {cusolver.getVersion()}" if hasattr(cusolver, "getVersion") else "cuSOLVER"
 
-    def _on_stream(self) -> Any:
+    @contextlib.contextmanager
+    def _on_stream(self) -> Iterator[None]:
+        """The device current and, where the solver was given another stream, that stream
+        current, ordered after the work already queued on the caller's current stream and
+        before whatever the caller queues next (events both ways: no host synchronisation)."""
         cp = self._cupy
-        stack = contextlib.ExitStack()
-        stack.enter_context(cp.cuda.Device(self.device_id))
-        if self.stream:
-            stack.enter_context(cp.cuda.ExternalStream(self.stream, self.device_id))
-        return stack
+        with cp.cuda.Device(self.device_id):
+            caller = cp.cuda.get_current_stream()
+            if not self.stream or self.stream == caller.ptr:
+                yield
+                return
+            ours = cp.cuda.ExternalStream(self.stream, self.device_id)
+            ours.wait_event(caller.record())
+            with ours:
+                yield
+            caller.wait_event(ours.record())
 
     def _fn(self, name: str, dtype: np.dtype) -> Any:
         try:
