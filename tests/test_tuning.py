@@ -437,7 +437,9 @@ def test_cost_model_on_real_matrices_on_the_cpu(monkeypatch: pytest.MonkeyPatch)
     np.testing.assert_allclose(mm.execute(), _uniform() @ np.ones((N, 8)), rtol=1e-12)
 
 
-@pytest.mark.parametrize("fmt", ["CSR", "CSC", "COO", "DCSR", "DCSC", "BSR[2, 2]", "DIA"])
+@pytest.mark.parametrize(
+    "fmt", ["CSR", "CSC", "COO", "DCSR", "DCSC", "BSR[2, 2]", "DIA", "(i, j) -> (i : dense, j : loose_compressed)"]
+)
 def test_stats_match_numpy(fmt: str) -> None:
     a = _rmat(10)
     t = ust.asarray(a, format=fmt)

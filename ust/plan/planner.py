@@ -92,7 +92,18 @@ def decide(problem: Problem) -> Decision:
         )
     rule = found[0]
     reason = rule.reason.format(fmt=format_text(problem), dtype=problem.dtype)
-    return Decision(problem, rule, reason, found[1:])
+    return Decision(problem, rule, reason, _others(found, rule))
+
+
+def _others(found: tuple[Rule, ...] | list[Rule], rule: Rule) -> tuple[Rule, ...]:
+    """The candidates besides ``rule``, one per route (a route may be listed by several rules)."""
+    seen = {rule.route}
+    out = []
+    for r in found:
+        if r.route not in seen:
+            seen.add(r.route)
+            out.append(r)
+    return tuple(out)
 
 
 def choose(problem: Problem, route: str | None = None) -> Decision:
@@ -107,7 +118,7 @@ def choose(problem: Problem, route: str | None = None) -> Decision:
         if rule.route == route:
             reason = rule.reason.format(fmt=format_text(problem), dtype=problem.dtype) + " (forced by route=)"
             _log.info("route for %s: %s (%s)", problem.op, rule.route, reason)
-            return Decision(problem, rule, reason, tuple(r for r in found if r is not rule))
+            return Decision(problem, rule, reason, _others(found, rule))
     names = ", ".join(dict.fromkeys(r.route for r in found))
     raise UnsupportedError(
         f"route {route!r} does not apply to {problem.op} on {problem.device} with {format_text(problem)}; "

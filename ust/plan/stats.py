@@ -67,11 +67,14 @@ class MatrixStats:
         return ", ".join(parts)
 
 
-def row_lengths_stats(indptr: Any, nseg: int | None = None) -> tuple[float, int, float, float]:
+def row_lengths_stats(
+    indptr: Any, nseg: int | None = None, *, loose: bool = False
+) -> tuple[float, int, float, float]:
     """(mean, max, cv, share empty) of the segment lengths of a row pointer (``nseg`` segments in
-    all, more than ``len(indptr) - 1`` when some are absent, as in DCSR).  NumPy or CuPy: on the
-    GPU the reductions run there and only four numbers come back."""
-    lengths = indptr[1:] - indptr[:-1]
+    all, more than ``len(indptr) - 1`` when some are absent, as in DCSR; ``loose``: a
+    loose_compressed level's interleaved ``lo, hi`` pairs).  NumPy or CuPy: on the GPU the
+    reductions run there and only four numbers come back."""
+    lengths = indptr[1::2] - indptr[0::2] if loose else indptr[1:] - indptr[:-1]
     n = int(lengths.size)
     total = n if nseg is None else max(int(nseg), n)
     if total == 0:
@@ -121,6 +124,8 @@ def matrix_stats(t: Any) -> MatrixStats:
             stats = (m, stats[1] * c, stats[2], stats[3])
     elif t.ndim == 2 and lv[:2] == ["compressed", "compressed"] and t.pos(1) is not None:  # DCSR / DCSC
         stats = row_lengths_stats(t.pos(1), seg_rows)
+    elif t.ndim == 2 and lv[:2] == ["dense", "loose_compressed"] and t.pos(1) is not None:
+        stats = row_lengths_stats(t.pos(1), loose=True)
     elif t.ndim == 2 and fc.name == "COO" and t.crd(0) is not None and t.format.is_ordered:
         crd = t.crd(0)
         xp = t.xp
