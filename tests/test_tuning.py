@@ -368,6 +368,9 @@ def _problem(
             32,
         ),
         (_problem("spmm", "cuda", "BSR", (2, 2)), _stats(row_max=50_000, row_cv=4.0), 8, "generated-cuda", 4),
+        # a user format (loose_compressed) on power-law rows: a warp per row at k = 1, the default at k = 8
+        (_problem("spmv", "cuda", "OTHER"), _stats(row_max=50_000, row_cv=4.0), 1, "generated-cuda", 32),
+        (_problem("spmm", "cuda", "OTHER"), _stats(row_max=50_000, row_cv=4.0), 8, "generated-cuda", None),
         # CPU: BSR at k > 1 (3-5x SciPy), skewed rows stay on SciPy, small work keeps the default
         (
             _problem("spmm", "cpu", "BSR", (2, 2)),
@@ -438,7 +441,8 @@ def test_cost_model_on_real_matrices_on_the_cpu(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize(
-    "fmt", ["CSR", "CSC", "COO", "DCSR", "DCSC", "BSR[2, 2]", "DIA", "(i, j) -> (i : dense, j : loose_compressed)"]
+    "fmt",
+    ["CSR", "CSC", "COO", "DCSR", "DCSC", "BSR[2, 2]", "DIA", "(i, j) -> (i : dense, j : loose_compressed)"],
 )
 def test_stats_match_numpy(fmt: str) -> None:
     a = _rmat(10)

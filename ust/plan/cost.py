@@ -80,9 +80,10 @@ COST_RULES: tuple[CostRule, ...] = (
              "too little work for the route to matter (launch latency dominates): the rule table's default"),
     # ---- GPU (H200, benchmarks/RESULTS.md "SpMV / SpMM kernels (GPU)" and "Issue 18 on the H200:
     # GPU per-call cost ... one-shot SpMV / SpMM": Poisson 128^3 and R-MAT scale 21, every format)
-    CostRule("cuda", _MV, frozenset({"BSR"}), "generated-cuda", lambda p, s, k: _skewed(s),
-             "BSR with rows of very unequal length: a warp per block row of the generated kernel "
-             "(2.9x cuSPARSE's bsrmv on R-MAT scale 21)", group=32),
+    CostRule("cuda", _MV, frozenset({"BSR", "OTHER"}), "generated-cuda", lambda p, s, k: _skewed(s),
+             "rows of very unequal length in a format without a balanced library kernel: a warp per (block) "
+             "row of the generated kernel (BSR: 2.9x cuSPARSE's bsrmv; a loose_compressed user format: 3.4x "
+             "the kernel's default threads, on R-MAT scale 21)", group=32),
     CostRule("cuda", _MM, frozenset({"BSR"}), "generated-cuda", lambda p, s, k: _skewed(s),
              "BSR with rows of very unequal length, k > 1: four threads per block row of the generated "
              "kernel (5.9x cuSPARSE's bsrmm on R-MAT scale 21)", group=4),
