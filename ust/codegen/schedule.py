@@ -140,7 +140,9 @@ def variants(m: Any, route: str) -> list[str]:
     outs: list[str] = list(orders(m.a.format, op, "cuda" if route == "generated-cuda" else "c"))
     balanced = [f"{o}:{NNZ}" for o in outs if balance_level(m.a.format, op, o) is not None]
     if route == "generated-cuda":
-        gv: list[str] = []
+        # "auto" first: the default mapping (default_group's threads per row, the balance the
+        # row lengths call for) is none of the fixed ones, and autotune must not lose to it
+        gv: list[str] = ["auto"]
         for o in outs:
             groups = (1, 4, 32) if supports_group(lower(m.a.format, op, order=o)) else (1,)
             gv += [f"{o}:g{g}" for g in groups]
