@@ -598,10 +598,14 @@ def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = 
     """
     if norm_a is None:
         norm_a = _norm_inf(a, xp)
-    if xp is not np and x.shape[1] == 1 and a.format == "csr":  # the common GPU case: two kernels
-        from ust.backends.cuda.residual import residual_maxima
+    if x.shape[1] == 1 and x.size and (xp is np or a.format == "csr"):  # one right-hand side: three maxima
+        if xp is np:
+            xv, bv = x[:, 0], b[:, 0]
+            r_max, x_max, b_max = (float(np.abs(v).max()) for v in (bv - a @ xv, xv, bv))
+        else:  # two kernels, one transfer
+            from ust.backends.cuda.residual import residual_maxima
 
-        r_max, x_max, b_max = residual_maxima(a.indptr, a.indices, a.data, x[:, 0], b[:, 0])
+            r_max, x_max, b_max = residual_maxima(a.indptr, a.indices, a.data, x[:, 0], b[:, 0])
         den1 = norm_a * x_max + b_max
         if r_max != r_max:
             return float("nan")
