@@ -403,3 +403,27 @@ def test_import_cupy_names_the_extra_for_submodules_too(monkeypatch: pytest.Monk
     with pytest.raises(ValueError, match="CuPy modules only"):
         xp.import_cupy("torch")
     assert import_cupy is xp.import_cupy  # one helper: the CUDA backend re-exports it
+
+
+def test_import_cupy_takes_imported_submodules_without_the_import_machinery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per-call lookups of a CuPy submodule (cupyx.scipy.sparse in every elementwise call) come
+    from sys.modules once CuPy's version was checked; before that the import system is asked."""
+    import importlib
+    import types
+
+    from ust.runtime import xp
+
+    fake, sub = types.ModuleType("cupy"), types.ModuleType("cupyx.fake")
+    fake.__version__ = "14.0.0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setitem(sys.modules, "cupyx.fake", sub)
+    asked: list[str] = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name: asked.append(name) or real(name))
+    assert xp.import_cupy("cupyx.fake") is sub and asked == ["cupyx.fake"]  # the first: checked
+    assert id(fake) in xp._VERSION_CHECKED
+    assert xp.import_cupy("cupyx.fake") is sub and xp.import_cupy() is fake
+    assert asked == ["cupyx.fake"]  # later calls: no import machinery
+    xp._VERSION_CHECKED.discard(id(fake))

@@ -69,8 +69,9 @@ def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
     if module != "cupy" and module.partition(".")[0] not in ("cupy", "cupyx"):
         raise ValueError(f"import_cupy imports CuPy modules only, not {module!r}")
     found = sys.modules.get(module)  # already imported (the per-call case): no import machinery
-    if found is not None and module == "cupy" and id(found) in _VERSION_CHECKED:
-        return found
+    root = found if module == "cupy" else sys.modules.get("cupy")
+    if found is not None and root is not None and id(root) in _VERSION_CHECKED:
+        return found  # a submodule of the CuPy whose version was checked: as imported
     try:
         found = importlib.import_module(module)
     except ImportError as exc:
@@ -78,9 +79,10 @@ def import_cupy(module: str = "cupy", extra: str = "cu13") -> ModuleType:
             f"CuPy is needed to run on the GPU but cannot be imported ({exc})",
             pip_command=f'pip install "ust[{extra}]", or "ust[cu12]" for CUDA 12',
         ) from None
-    if module == "cupy" and id(found) not in _VERSION_CHECKED:  # once per CuPy module, not per call
-        _VERSION_CHECKED.add(id(found))
-        _check_cupy_version(str(getattr(found, "__version__", "")), _cupy_cuda_major(found))
+    root = found if module == "cupy" else sys.modules.get("cupy")
+    if root is not None and id(root) not in _VERSION_CHECKED:  # once per CuPy module, not per call
+        _check_cupy_version(str(getattr(root, "__version__", "")), _cupy_cuda_major(root))
+        _VERSION_CHECKED.add(id(root))
     return found
 
 
