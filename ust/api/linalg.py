@@ -1,7 +1,10 @@
 """Sparse direct solvers: :func:`solve` and :class:`DirectSolver`.
 
 GPU route: cuDSS (``ust.backends.cuda.cudss``) on CSR arrays in device memory.  CPU route:
-SciPy's SuperLU (``ust.backends.cpu.superlu``) with an ordering chosen for the matrix.  Both
+SciPy's SuperLU (``ust.backends.cpu.superlu``) with an ordering chosen for the matrix.  A
+one-shot :func:`solve` of a small system takes the ``dense-lu`` route instead (LAPACK or
+cuSOLVER ``getrf`` on the densified matrix, ``ust.backends.dense_lu``): nothing is kept for a
+later call, and at that size a sparse analysis costs more than the dense flops.  All of them
 sit behind the same phases -- ``plan()`` (analysis: reordering, symbolic factorisation),
 ``factorize()``, ``refactorize()`` (same pattern, new values), ``solve()`` -- so a loop that
 changes values or right-hand sides pays only for what changed.
@@ -11,7 +14,8 @@ torch-CUDA operands run on their GPU, and NumPy / SciPy operands run on the CPU,
 in ust (pass ``execution="cuda"`` to move them to cuDSS); the log says which and why.  The solution comes back in the package, memory space and shape of
 ``b``.
 
-Every solution is checked (``options.check``, see :func:`solution_error`): the normwise
+Every solution is checked (``options.check``, see :func:`solution_error` in
+:mod:`ust.api.solve_checks`): the normwise
 backward error ``max_j ||b_j - A x_j||_inf / (||A||_inf ||x_j||_inf + ||b_j||_inf)`` must stay
 under a tolerance scaled to the dtype, and a factorisation with small pivots (perturbed by
 cuDSS, ``CUDSS_DATA_NPIVOTS``; at most ``1e-13 ||A||_inf`` in SuperLU's ``U`` for float64)
