@@ -203,7 +203,7 @@ def test_every_options_class_is_rendered_from_its_fields() -> None:
 
 
 def test_solver_options_state_their_allowed_values() -> None:
-    from ust.api import linalg
+    from ust.api import solve_options as linalg
     from ust.runtime.options import describe
 
     choices = {e.name: e.choices for e in describe(ust.DirectSolverOptions)}
