@@ -309,7 +309,9 @@ _CONVERT_RULES: tuple[Rule, ...] = (
 #: The largest n a one-shot solve factors as a dense matrix, by device: below it the ``(2/3) n^3``
 #: flops of LAPACK's / cuSOLVER's dense LU cost less than a sparse factorisation's fixed work
 #: (SuperLU's ordering and bookkeeping, ~200 us at n = 100 on the CPU; cuDSS's analysis phase,
-#: ~10 ms on the H200 whatever the size; benchmarks/RESULTS.md, "dense LU").
+#: ~10 ms on the H200 whatever the size).  Measured (benchmarks/RESULTS.md, "Dense LU route"):
+#: n = 100 on both devices, n = 1000 on the H200 (4.2 ms against cuDSS's 41); the GPU cap is
+#: the size whose 5.7 GFLOP still fit well inside cuDSS's analysis time, not a measured crossover.
 DENSE_SOLVE_MAX_N = MappingProxyType({"cpu": 128, "cuda": 2048})
 #: The largest n the dense LU route takes when forced (``route="dense-lu"``): n^2 values in memory.
 DENSE_SOLVE_LIMIT = 8192
