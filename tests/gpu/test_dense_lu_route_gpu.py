@@ -55,11 +55,13 @@ def test_the_gpu_cap_and_the_stateful_solver_keep_cudss(caplog: pytest.LogCaptur
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("seed", list(SEEDS))
-def test_every_safety_family_gives_the_cpus_outcome_on_the_gpu(family: str, seed: int) -> None:
+def test_every_safety_family_gives_the_cpus_outcome_on_cudss_too(family: str, seed: int) -> None:
+    """tests/gpu/test_linalg_safety_gpu.py now runs these small systems on the dense LU: cuDSS, forced,
+    must still give the same outcome."""
     build, expected = FAMILIES[family]
     a = build(seed)
     b = rhs_for(a, seed)
-    got, x = outcome(lambda: L.solve(a, b, execution="cuda"))
+    got, x = outcome(lambda: L.solve(a, b, execution="cuda", route="cudss"))
     assert got == expected, f"{family}[{seed}]: {got}: {x}"
 
 

@@ -461,11 +461,7 @@ def _cudss_config(o: DirectSolverOptions, device_id: int) -> dict[str, Any]:
 
 
 def solve_problem(
-    space: ExecutionSpace,
-    dtype: Any,
-    n: int = 0,
-    options: DirectSolverOptions | None = None,
-    one_shot: bool = False,
+    space: ExecutionSpace, dtype: Any, n: int, options: DirectSolverOptions, one_shot: bool
 ) -> Problem:
     """The planner's view of a direct solve: the device, the value dtype, n (any format: A is
     CSR), whether the options are the libraries' defaults and whether it is a one-shot call."""
@@ -477,7 +473,7 @@ def solve_problem(
         canonical=True,
         dtype=np.dtype(dtype).name,
         index_dtype="int32",
-        plain=_library_defaults(options or DirectSolverOptions()),
+        plain=_library_defaults(options),
         max_extent=int(n),
         one_shot=one_shot,
     )

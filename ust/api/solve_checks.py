@@ -109,23 +109,22 @@ def solution_error(
     if tolerance is None:
         return None
     dt = np.dtype(dtype)
-    lib = {"cudss": "cuDSS", "superlu": "SuperLU", "dense-lu": "the dense LU"}.get(backend, backend)
+    lib = {"cudss": "cuDSS", "superlu": "SuperLU"}.get(backend, backend)
     small = int(small_pivots or 0)
     pivots = ""
     res_bad = not relative_residual <= tolerance
     res_text = "NaN" if relative_residual != relative_residual else f"{relative_residual:.3e}"
-    from ust.backends.engines import SMALL_PIVOT
+    from ust.backends.engines import small_pivot_threshold
 
+    eps = small_pivot_threshold(dt)
     if small and backend == "cudss":
         pivots = f"cuDSS perturbed {small} small pivot(s) to its pivot epsilon (CUDSS_DATA_NPIVOTS)"
     elif small and backend == "dense-lu":
         pivots = (
-            "the dense LU's factor has a pivot of magnitude at most "
-            f"{SMALL_PIVOT[8 if np.finfo(dt).bits >= 64 else 4]:.0e} ||A||_inf or a reciprocal condition "
-            "number estimate below machine epsilon"
+            f"the dense LU's factor has a pivot of magnitude at most {eps:.0e} ||A||_inf or a reciprocal "
+            "condition number estimate below machine epsilon"
         )
     elif small:
-        eps = SMALL_PIVOT[8 if np.finfo(dt).bits >= 64 else 4]
         pivots = f"{lib}'s factor has {small} pivot(s) of magnitude at most {eps:.0e} ||A||_inf"
     if small and res_bad and pivoting:
         return SingularMatrixError(

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ust.backends.engines import SMALL_PIVOT, Analysis, count_small_pivots, lu_pivot_facts
+from ust.backends.engines import Analysis, count_small_pivots, lu_pivot_facts, small_pivot_threshold
 from ust.runtime.errors import SingularMatrixError
 
 __all__ = ["ORDERING", "DenseLUEngine", "DenseLapack", "hager_inverse_norm", "np_eps"]
@@ -44,13 +44,13 @@ def hager_inverse_norm(n: int, solve: Callable[[Any, int], Any], xp: Any, dtype:
     est = 0.0
     for k in range(5):
         y = solve(x, 2)
-        now = float(xp.abs(y).sum())
+        mag = xp.abs(y)
+        now = float(mag.sum())
         if now != now:  # NaN: the factor is singular to working precision
             return float("inf")
         if k and now <= est:
             break
         est = now
-        mag = xp.abs(y)
         xi = xp.where(mag > 0, y / xp.where(mag > 0, mag, 1), 1).astype(dtype)
         z = solve(xi, 0)
         j = int(xp.argmax(xp.abs(z)))
@@ -134,7 +134,7 @@ class DenseLUEngine:
         norm = self._norm()
         xp, eps = self.lapack.xp, np_eps(lu.dtype)
         small = 0
-        if smallest <= SMALL_PIVOT[8 if eps < 1e-10 else 4] * norm:
+        if smallest <= small_pivot_threshold(lu.dtype) * norm:
             small = count_small_pivots(diag, norm, xp)
         elif smallest <= eps**0.5 * norm and not self.lapack.rcond(lu, piv, norm) >= eps:  # NaN: singular
             # pivots this small may hide a matrix singular to working precision: the condition

@@ -5,8 +5,7 @@ rules: ``superlu`` on the CPU, ``cudss`` on a GPU), and drives its phases -- ``a
 ``factorize`` / ``refactorize``, ``solve``, ``set_values``, ``free`` -- without knowing which
 library is behind it.  The adapters: :class:`ust.backends.cpu.superlu_engine.SuperLUEngine`,
 :class:`ust.backends.cuda.cudss_engine.CudssEngine` and the dense LU of small systems,
-:class:`ust.backends.cpu.dense_lu.DenseLUEngine` / :class:`ust.backends.cuda.dense_lu.DenseLUEngine`
-(imported when the route is built).
+:class:`ust.backends.dense_lu.DenseLUEngine` (imported when the route is built).
 """
 
 from __future__ import annotations
@@ -15,7 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["SMALL_PIVOT", "Analysis", "FactorizationEngine", "count_small_pivots", "lu_pivot_facts"]
+import numpy as np
+
+__all__ = [
+    "SMALL_PIVOT",
+    "Analysis",
+    "FactorizationEngine",
+    "count_small_pivots",
+    "lu_pivot_facts",
+    "small_pivot_threshold",
+]
 
 #: A pivot ``|U_ii| <= SMALL_PIVOT[itemsize of the real type] * ||A||_inf`` counts as small:
 #: the CPU's counterpart of the pivots cuDSS perturbs (its default pivot epsilon is 1e-13
@@ -23,12 +31,16 @@ __all__ = ["SMALL_PIVOT", "Analysis", "FactorizationEngine", "count_small_pivots
 SMALL_PIVOT = {8: 1e-13, 4: 1e-5}
 
 
+def small_pivot_threshold(dtype: Any) -> float:
+    """:data:`SMALL_PIVOT` for a (real or complex) value dtype: by the precision of its real part."""
+    return SMALL_PIVOT[8 if np.finfo(dtype).bits >= 64 else 4]
+
+
 def count_small_pivots(u_diagonal: Any, norm: float, xp: Any) -> int:
     """How many entries of ``diag(U)`` (host or device) are at or below ``SMALL_PIVOT * ||A||_inf``."""
     if not u_diagonal.size:
         return 0
-    eps = SMALL_PIVOT[8 if u_diagonal.real.dtype.itemsize >= 8 else 4]
-    return int(xp.count_nonzero(xp.abs(u_diagonal) <= eps * norm))
+    return int(xp.count_nonzero(xp.abs(u_diagonal) <= small_pivot_threshold(u_diagonal.dtype) * norm))
 
 
 def lu_pivot_facts(u_diagonal: Any, swaps: int, symmetric: bool) -> dict[str, Any]:

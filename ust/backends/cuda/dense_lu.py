@@ -5,6 +5,7 @@ where cuDSS's analysis alone takes about ten."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,21 +19,17 @@ __all__ = ["DeviceLapack"]
 _PREFIX = {"f": "s", "d": "d", "F": "c", "D": "z"}
 
 
-_SCATTER: list[Any] = []
-
-
-def _scatter_kernel(cp: Any) -> Any:
+@functools.cache
+def _scatter_kernel() -> Any:
     """Row ``i`` of a CSR matrix into column-major ``out`` (``+=``: duplicates, in one thread, add up)."""
-    if not _SCATTER:
-        _SCATTER.append(
-            cp.ElementwiseKernel(
-                "raw I indptr, raw J indices, raw T data, int64 n",
-                "raw T out",
-                "for (long long k = indptr[i]; k < indptr[i + 1]; ++k) out[(long long)indices[k] * n + i] += data[k];",
-                "ust_csr_to_dense_f",
-            )
-        )
-    return _SCATTER[0]
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "raw I indptr, raw J indices, raw T data, int64 n",
+        "raw T out",
+        "for (long long k = indptr[i]; k < indptr[i + 1]; ++k) out[(long long)indices[k] * n + i] += data[k];",
+        "ust_csr_to_dense_f",
+    )
 
 
 class DeviceLapack:
@@ -79,7 +76,7 @@ class DeviceLapack:
             # flat: a raw 2-D argument's [] reads its index in row-major order whatever its layout
             flat = cp.zeros(n * n, dtype=full.dtype)
             if n:
-                _scatter_kernel(cp)(full.indptr, full.indices, full.data, n, flat, size=n)
+                _scatter_kernel()(full.indptr, full.indices, full.data, n, flat, size=n)
         return flat.reshape((n, n), order="F")
 
     def getrf(self, a: Any, count_swaps: bool) -> tuple[Any, Any, int, int, float]:
