@@ -10,7 +10,8 @@ CPU, CuPy on the GPU), with no loop over entries:
    sorted, others are sorted once; duplicates are summed;
 2. union: ``searchsorted`` gives every entry of each stream its slot in the merged stream
    (``i + #{b < a_i}`` and ``j + #{a <= b_j}``), equal neighbours are summed;
-   intersection: ``searchsorted`` finds each key of one stream in the other;
+   intersection: ``searchsorted`` finds each key of one stream in the other, and the NaN or
+   infinite values stored in one operand only (``v * 0`` is NaN, SciPy's rule) are merged in;
 3. results that are exactly zero are dropped (SciPy's rule for sparse-sparse arithmetic),
    the keys are split back into level coordinates and :func:`~ust.convert.pack.pack` builds
    the result's levels directly from the sorted, unique stream.
@@ -149,6 +150,25 @@ def _merge_order(xp: ModuleType, ka: Any, kb: Any, cat: Any) -> Any:
     return order
 
 
+def _merge(xp: ModuleType, ka: Any, va: Any, kb: Any, vb: Any) -> tuple[Any, Any]:
+    """Two sorted key streams with their values as one sorted stream, equal keys summed (one
+    stream returned as it is, not copied, when the other is empty)."""
+    if int(kb.shape[0]) == 0:
+        return ka, va
+    if int(ka.shape[0]) == 0:
+        return kb, vb
+    n = int(ka.shape[0]) + int(kb.shape[0])
+    cat = xp.concatenate([ka, kb])
+    order = _merge_order(xp, ka, kb, cat)
+    keys = cat[order]
+    vals = xp.concatenate([va, vb])[order]
+    st = _starts(xp, keys)
+    if int(st.shape[0]) < n:
+        vals = _xp.segment_sum(xp, vals, st)
+        keys = keys[st]
+    return keys, vals
+
+
 def union(a: Keyed, b: Keyed, dtype: Any, *, negate_b: bool = False) -> tuple[Any, Any]:
     """Keys and values of ``a + b`` (``a - b`` with ``negate_b``), zeros dropped."""
     xp = a.xp
@@ -160,29 +180,67 @@ def union(a: Keyed, b: Keyed, dtype: Any, *, negate_b: bool = False) -> tuple[An
         return _nonzero(xp, a.keys, va.copy())
     if a.n == 0:
         return _nonzero(xp, b.keys, vb.copy())
-    n = a.n + b.n
-    cat = xp.concatenate([a.keys, b.keys])
-    order = _merge_order(xp, a.keys, b.keys, cat)
-    keys = cat[order]
-    vals = xp.concatenate([va, vb])[order]
-    st = _starts(xp, keys)
-    if int(st.shape[0]) < n:
-        vals = _xp.segment_sum(xp, vals, st)
-        keys = keys[st]
-    return _nonzero(xp, keys, vals)
+    return _nonzero(xp, *_merge(xp, a.keys, va, b.keys, vb))
+
+
+def _found(xp: ModuleType, keys: Any, sorted_keys: Any) -> tuple[Any, Any]:
+    """Indices into ``sorted_keys`` and the positions of ``keys`` that hold one of them."""
+    n = int(sorted_keys.shape[0])
+    if n == 0 or int(keys.shape[0]) == 0:
+        return xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=np.int64)
+    idx = xp.minimum(xp.searchsorted(sorted_keys, keys), n - 1)
+    hit = xp.flatnonzero(sorted_keys[idx] == keys)
+    return idx[hit], hit
+
+
+def _may_hold_nonfinite(xp: ModuleType, *ks: Keyed) -> bool:
+    """False when no value of ``ks`` is NaN or infinite: one reduction per operand and one
+    read of the answer (a sum is finite only when every term is; one that overflows is
+    looked at again, entry by entry, by the caller)."""
+    ok: Any = True
+    for k in ks:
+        if k.n and k.values.dtype.kind in "fc":
+            with np.errstate(over="ignore", invalid="ignore"):
+                ok = ok & xp.isfinite(k.values.sum())
+    return not bool(ok)
+
+
+def _nonfinite_alone(x: Keyed, y: Keyed, dtype: Any) -> tuple[Any, Any]:
+    """The entries of ``x`` that ``y`` does not store and whose value is not finite, with
+    value ``v * 0`` in ``dtype`` (NaN: the implicit zero of ``y`` met), zeros dropped."""
+    xp = x.xp
+    empty = xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=dtype)
+    if x.n == 0 or x.values.dtype.kind not in "fc":
+        return empty
+    bad = xp.flatnonzero(~xp.isfinite(x.values))  # only these are searched in y
+    if int(bad.shape[0]) == 0:
+        return empty
+    keys = x.keys[bad]
+    alone = xp.ones(int(bad.shape[0]), dtype=bool)
+    alone[_found(xp, keys, y.keys)[1]] = False
+    alone = xp.flatnonzero(alone)
+    with np.errstate(invalid="ignore"):
+        vals = x.values[bad[alone]].astype(dtype) * xp.zeros((), dtype=dtype)
+    return _nonzero(xp, keys[alone], vals)
 
 
 def intersection(a: Keyed, b: Keyed, dtype: Any) -> tuple[Any, Any]:
-    """Keys and values of the elementwise product ``a * b``, zeros dropped."""
+    """Keys and values of the elementwise product ``a * b``, zeros dropped.
+
+    An entry stored in one operand only meets the other's implicit zero (SciPy's rule, and
+    NumPy's for dense ``a * b``): a finite value gives 0 and is dropped; a NaN or an infinity
+    gives ``v * 0`` (NaN), stored.  Those entries are merged into the intersection's keys; when
+    no value is non-finite (checked by one reduction per operand) nothing more is done."""
     xp = a.xp
-    if a.n == 0 or b.n == 0:
-        return xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=dtype)
     small, large = (a, b) if a.n <= b.n else (b, a)
-    idx = xp.minimum(xp.searchsorted(large.keys, small.keys), large.n - 1)
-    hit = xp.flatnonzero(large.keys[idx] == small.keys)
+    idx, hit = _found(xp, small.keys, large.keys)
     keys = small.keys[hit]
-    vals = small.values[hit].astype(dtype) * large.values[idx[hit]].astype(dtype)
-    return _nonzero(xp, keys, vals)
+    vals = small.values[hit].astype(dtype) * large.values[idx].astype(dtype)
+    keys, vals = _nonzero(xp, keys, vals)
+    if _may_hold_nonfinite(xp, a, b):
+        for x, y in ((a, b), (b, a)):
+            keys, vals = _merge(xp, keys, vals, *_nonfinite_alone(x, y, dtype))
+    return keys, vals
 
 
 def to_tensor(like: Keyed, keys: Any, values: Any, fmt: Format, *, index_dtype: Any = None) -> Any:
