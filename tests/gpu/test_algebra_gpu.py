@@ -1,7 +1,8 @@
 """Sparse algebra on the GPU (CuPy buffers) against SciPy on the host, every op and format.
 
-Routes exercised: cuSPARSE SpGEMM (CSR x CSR) and SDDMM (CSR), cuSPARSE csrgeam2 through CuPy
-(CSR + CSR), the generated warp-per-entry SDDMM kernel with fused epilogues, and the CuPy array
+Routes exercised: cuSPARSE SpGEMM (CSR x CSR) and SDDMM (CSR), ust's merge kernel (CSR / CSC
+elementwise; its own tests in test_merge_kernel_gpu.py), cuSPARSE csrgeam2 through CuPy
+(CSR + CSR, on request), the generated warp-per-entry SDDMM kernel with fused epilogues, and the CuPy array
 programs (co-iteration, reductions, expand-sort-compress SpGEMM) for every other format.
 """
 
@@ -65,14 +66,14 @@ def test_binary_every_format(op, name, dtype):
 def test_add_csr_routes_and_exact_array_program_buffers(cp):
     A, B = matrix(5), matrix(6)
     ta, tb = gpu(A, "CSR"), gpu(B, "CSR")
-    assert ops.plan("add", ta, tb).route == "cupyx"
+    assert ops.plan("add", ta, tb).route == "merge-kernel"
     out = ops.add(ta, tb, route="array-program")
     ref = A + B
     ref.sum_duplicates()
     np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
     np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
     np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)
-    lib = ops.add(ta, tb)  # csrgeam2 keeps structural zeros; values equal
+    lib = ops.add(ta, tb, route="cupyx")  # csrgeam2, its zeros dropped after
     np.testing.assert_allclose(host(lib), ref.toarray())
 
 
@@ -283,19 +284,20 @@ def test_csr_rows_sorted_kernel(cp) -> None:
     assert csr_rows_sorted(pos.astype(np.int64), cp.asarray(np.array([5, 6, 0, 1, 2], dtype=np.int64)))
 
 
-def test_cupyx_routes_drop_exact_zeros_like_scipy(cp):
+def test_gpu_routes_drop_exact_zeros_like_scipy(cp):
     A, B = matrix(7), matrix(8)
     A = sp.csr_matrix(A)
     A.data[::3] = 0.0  # explicit zeros: their products are exact zeros
     ta, tb = gpu(A, "CSR"), gpu(B, "CSR")
-    assert ops.plan("multiply", ta, tb).route == "cupyx"
+    assert ops.plan("multiply", ta, tb).route == "merge-kernel"
     out = ops.multiply(ta, tb)
     ref = sp.csr_matrix(A.multiply(B))
     ref.sum_duplicates()
     np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
     np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
     np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)
-    assert ops.subtract(ta, ta).nse == 0  # csrgeam2's cancellations are not kept either
+    assert ops.subtract(ta, ta).nse == 0  # cancellations are not kept either
+    assert ops.subtract(ta, ta, route="cupyx").nse == 0  # nor csrgeam2's
 
 
 @pytest.mark.parametrize("name", ["CSR", "CSC"])

@@ -58,7 +58,12 @@ def _x() -> Any:
 ROUTES: dict[str, Callable[[Any], Any]] = {
     "todense": lambda G: ust.asarray(G).todense(),
     "to_cupyx": lambda G: ust.asarray(G).to_cupyx(),
-    "convert CSR <-> CSC": lambda G: ust.asarray(G).convert("CSC" if G.format == "csr" else "CSR"),
+    # the transpose is queued on sanitized copies; the checks' answer is read by the first read
+    "convert CSR <-> CSC": lambda G: ust.asarray(G).convert("CSC" if G.format == "csr" else "CSR").todense(),
+    "convert CSR <-> CSC, pos": lambda G: (
+        ust.asarray(G).convert("CSC" if G.format == "csr" else "CSR").pos(1)
+    ),
+    "convert CSR <-> CSC, nnz": lambda G: ust.asarray(G).convert("CSC" if G.format == "csr" else "CSR").nnz,
     "convert COO": lambda G: ust.asarray(G).convert("COO"),
     "convert DCSR": lambda G: ust.asarray(G).convert("DCSR"),
     "matmul(G, x)": lambda G: ust.matmul(G, _x()),
@@ -66,6 +71,9 @@ ROUTES: dict[str, Callable[[Any], Any]] = {
     "Matmul.plan": lambda G: ust.Matmul(G, _x()).plan(),
     "t + t": lambda G: ust.asarray(G) + ust.asarray(G),
     "ops.multiply": lambda G: ust.ops.multiply(G, G),
+    "ops.add(G, G)": lambda G: ust.ops.add(G, G),
+    "ops.subtract(G, t)": lambda G: ust.ops.subtract(G, ust.asarray(G)),
+    "t * t": lambda G: ust.asarray(G) * ust.asarray(G),
     "solve(G, b)": lambda G: ust.solve(G, _x()),
     "values": lambda G: ust.asarray(G).values,
     "nnz": lambda G: ust.asarray(G).nnz,
@@ -131,3 +139,43 @@ def test_uncached_flags_are_checked_at_once() -> None:
     G.__dict__.pop("_has_canonical_format", None)
     with pytest.raises(ShapeError):
         ust.asarray(G)
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc"])
+def test_transpose_of_a_deferred_intake_is_exact_and_owes_the_checks(kind: str) -> None:
+    """CSR <-> CSC of an unchecked intake queues the checks and runs cuSPARSE on sanitized
+    copies without a host synchronisation; the result owes the checks' answer (read at its first
+    read) and holds exactly SciPy's buffers."""
+    G = _canonical(kind)
+    t = ust.asarray(G)
+    out = t.convert("CSC" if kind == "csr" else "CSR")
+    assert out._owed is not None and t._owed is not None  # nothing read back yet
+    H = _host(kind)
+    ref = H.tocsc() if kind == "csr" else H.tocsr()
+    np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
+    np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
+    np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)
+    assert out._owed is None
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_a_spoiled_transpose_raises_at_every_read(how: str) -> None:
+    out = ust.asarray(_spoil(_canonical(), how)).convert("CSC")
+    for _ in range(2):
+        with pytest.raises((ShapeError, FormatError)):
+            out.todense()
+    cp.cuda.Device().synchronize()  # cuSPARSE read nothing out of bounds
+
+
+def test_a_transpose_of_entries_ending_before_the_arrays_is_redone() -> None:
+    H = _host()
+    data = np.concatenate([H.data, [7.0, 9.0]])
+    idx = np.concatenate([H.indices, [0, 1]]).astype(H.indices.dtype)
+    G = csp.csr_matrix((cp.asarray(data), cp.asarray(idx), cp.asarray(H.indptr)), shape=H.shape)
+    G._has_canonical_format = True
+    out = ust.asarray(G).convert("CSC")
+    ref = H.tocsc()
+    assert out.nnz == H.nnz
+    np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
+    np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
+    np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)

@@ -1,10 +1,12 @@
 """Elementwise arithmetic: sparse with sparse (union / intersection), with dense, with scalars.
 
 * sparse + sparse, sparse - sparse: union co-iteration; sparse * sparse: intersection.  Routes:
-  SciPy's compiled kernels for two canonical CSR / CSC / BSR operands on the CPU, cuSPARSE
-  ``csrgeam2`` through CuPy for two canonical CSR operands on the GPU, and everywhere else the
-  co-iteration array program of :mod:`ust.algebra.coiterate`.  Exact zeros of the result are
-  dropped, as SciPy drops them.
+  SciPy's compiled kernels for two canonical CSR / CSC / BSR operands on the CPU, ust's merge
+  kernel (:mod:`ust.backends.cuda.merge_kernels`, SciPy's arithmetic, the operands' checks in
+  its counting pass) for two canonical CSR / CSC operands on the GPU (cuSPARSE ``csrgeam2``
+  through CuPy on request, ``route="cupyx"``), and everywhere else the co-iteration array
+  program of :mod:`ust.algebra.coiterate`.  Exact zeros of the result are dropped, as SciPy
+  drops them.
 * sparse * scalar, sparse / scalar, -sparse, sparse * dense (broadcast to the sparse shape):
   the structure is kept (index buffers copied, never shared with the input) and only the
   stored values are computed.
@@ -25,7 +27,7 @@ from ust.plan.routes import Route, register, route_of
 from ust.runtime.errors import ShapeError, UnsupportedError
 from ust.tensor.validate import INDEX_DTYPES, VALUE_DTYPES
 
-__all__ = ["binary_sparse", "dense_plus", "map_values", "sampled_dense", "scipy_pair"]
+__all__ = ["binary_sparse", "cupyx_pair", "dense_plus", "map_values", "sampled_dense", "scipy_pair"]
 
 # (op, negate_b) -> the SciPy / cupyx expression on two library objects
 _LIBRARY_OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -94,6 +96,55 @@ def _cupyx(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     return from_library(csr_without_zeros(res), fmt)
 
 
+def _merge_buffers(op: str, shape: tuple[int, ...], fmt: Format, a: tuple, b: tuple, dtype: Any) -> Any:
+    """``a op b`` by ust's CUDA merge kernel for two compressed operands in ``fmt`` (CSR or CSC)
+    given as ``(indptr, indices, data)`` on one device: the result Tensor, or None where an
+    operand failed the kernel's checks (the caller words the error)."""
+    from ust.backends.cuda.merge_kernels import merge_compressed
+    from ust.convert.scipy import _CSR_CSC
+    from ust.runtime.xp import on_device
+    from ust.tensor import Tensor
+
+    (ap, ai, ad), (bp, bi, bd) = a, b
+    itype = ap.dtype
+    if not (ai.dtype == bp.dtype == bi.dtype == itype) or (
+        itype != np.int64 and int(ai.shape[0]) + int(bi.shape[0]) > np.iinfo(np.int32).max
+    ):  # one index dtype, wide enough for the result (SciPy widens the same way)
+        ap, ai, bp, bi = (x.astype(np.int64) for x in (ap, ai, bp, bi))
+    ad, bd = (x if x.dtype == dtype else x.astype(dtype) for x in (ad, bd))
+    m, n = shape if fmt == _CSR_CSC["csr"] else shape[::-1]  # CSC compresses the columns
+    with on_device(ad):
+        res = merge_compressed(op, m, n, (ap, ai, ad), (bp, bi, bd))
+    if not res.sound:
+        return None
+    return Tensor._trusted(shape, fmt, res.data, (None, res.indptr), (None, res.indices))
+
+
+def _raw_compressed(t: Any) -> tuple[Any, Any, Any]:
+    """``(indptr, indices, values)`` of a CSR/CSC tensor for the merge kernel: as held where the
+    tensor owes only the compressed-bounds check (the kernel makes it as it reads), else read
+    the usual way (any other owed check runs first)."""
+    if getattr(t._owed, "compressed_bounds", False):
+        return t._pos[1], t._crd[1], t._values
+    return t.pos(1), t.crd(1), t.values
+
+
+def _merge(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
+    out = _merge_buffers(
+        op, tuple(map(int, a.shape)), a.format, _raw_compressed(a), _raw_compressed(b), dtype
+    )
+    if out is None:
+        _word_unsound(op, a, b)
+    return out if fmt == out.format else out.convert(fmt)
+
+
+def _word_unsound(op: str, a: Any, b: Any) -> None:
+    """Raise the error the checked path gives for the operand the merge kernel flagged."""
+    for t in (a, b):
+        t.pos(1)  # runs the owed check, which names the fault
+    raise ShapeError(f"{op}: an operand's indptr decreases or an index lies outside the matrix")
+
+
 def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     ka, kb = keyed(a, fmt), keyed(b, fmt)
     if op == "multiply":
@@ -103,10 +154,15 @@ def _array(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
     return to_tensor(ka, keys, vals, fmt)
 
 
-# the routes of the "add" / "multiply" rules: build(op, a, b, fmt, dtype) -> the result
-for _op in ("add", "multiply"):
-    for _name, _build in (("scipy", _scipy), ("cupyx", _cupyx), ("array-program", _array)):
-        register(Route(_op, _name, _build))
+# the routes of the "add" / "multiply" rules: build(op, a, b, fmt, dtype) -> the result (CuPy's
+# product drops nan * an implicit 0, which SciPy stores: "cupyx" serves the add rule only)
+for _op, _name, _build in (
+    *((op, "scipy", _scipy) for op in ("add", "multiply")),
+    *((op, "merge-kernel", _merge) for op in ("add", "multiply")),
+    ("add", "cupyx", _cupyx),
+    *((op, "array-program", _array) for op in ("add", "multiply")),
+):
+    register(Route(_op, _name, _build))
 del _op, _name, _build
 
 
@@ -150,6 +206,53 @@ def scipy_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
     from ust.algebra.library import from_library
 
     return from_library(_LIBRARY_OPS[op](a, b), fmt, canonical=True), d
+
+
+def cupyx_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
+    """``a op b`` for two canonical cupyx csr (or two csc) matrices of one shape on one device,
+    when the planner routes that problem to the merge kernel: (result Tensor, decision); else
+    None (the general path then plans, checks and words any error).  The GPU twin of
+    :func:`scipy_pair`: the matrices' buffers go to the kernel as they are (it checks them as it
+    reads), with no Tensor or cupyx object built around them."""
+    ta, tb = type(a), type(b)
+    if not (
+        ta.__module__.startswith("cupyx.scipy.sparse") and tb.__module__.startswith("cupyx.scipy.sparse")
+    ):
+        return None
+    name = getattr(a, "format", None)
+    if name not in ("csr", "csc") or getattr(b, "format", None) != name or a.ndim != 2 or a.shape != b.shape:
+        return None
+    if (
+        a.__dict__.get("_has_canonical_format") is not True
+        or b.__dict__.get("_has_canonical_format") is not True
+    ):
+        return None  # unknown (cupyx would probe) or not canonical: the general path labels it
+    if a.data.dtype not in VALUE_DTYPES or b.data.dtype not in VALUE_DTYPES or a.data.device != b.data.device:
+        return None
+    index_dtype = a.indices.dtype
+    if (
+        index_dtype not in INDEX_DTYPES
+        or a.data.shape[0] < a.indices.shape[0]
+        or b.data.shape[0] < b.indices.shape[0]
+    ):
+        return None
+    from ust.convert.scipy import _CSR_CSC
+
+    fmt = _CSR_CSC[name]
+    shape = (int(a.shape[0]), int(a.shape[1]))
+    dtype = np.result_type(a.dtype, b.dtype)
+    p = problem_of("multiply" if op == "multiply" else "add", fmt, "cuda", dtype, index_dtype, 2, max(shape),
+                   other=fmt)  # fmt: skip
+    d = choose(p)
+    if d.route != "merge-kernel":
+        return None
+    bufs = [(x.indptr, x.indices, x.data) for x in (a, b)]
+    out = _merge_buffers(op, shape, fmt, bufs[0], bufs[1], dtype)
+    if out is None:
+        from ust.convert.cupyx import from_cupyx
+
+        _word_unsound(op, from_cupyx(a), from_cupyx(b))
+    return out, d
 
 
 def binary_sparse(

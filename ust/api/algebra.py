@@ -230,10 +230,11 @@ register(Route("scale", "values", _map_values))
 
 def _elementwise(op: str, a: Any, b: Any, format: Any, execution: Any, route: str | None,  # noqa: A002
                  dry: bool) -> _Result:  # fmt: skip
-    from ust.algebra.elementwise import binary_sparse, dense_plus, sampled_dense, scipy_pair
+    from ust.algebra.elementwise import binary_sparse, cupyx_pair, dense_plus, sampled_dense, scipy_pair
 
     if format is None and execution is None and route is None and not dry:
-        hit = scipy_pair(op, a, b)  # two canonical SciPy operands: straight to SciPy's kernel
+        # two canonical SciPy (CuPy) operands: straight to SciPy's kernel (ust's merge kernel)
+        hit = scipy_pair(op, a, b) or cupyx_pair(op, a, b)
         if hit is not None:
             _log_route(op, hit[1])
             return hit

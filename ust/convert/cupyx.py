@@ -16,6 +16,7 @@ from ust.convert.layouts import coo_format, library_layout, relabel
 from ust.formats.library import get
 from ust.formats.model import Format
 from ust.runtime.errors import ShapeError, UnsupportedError
+from ust.runtime.xp import on_device
 from ust.tensor.validate import INDEX_DTYPES, check_index_array, check_value_dtype
 
 if TYPE_CHECKING:
@@ -36,39 +37,112 @@ def _index(*arrays: Any) -> list[Any]:
     return [a.astype(np.int64) for a in arrays]
 
 
+_BOUNDS_SOURCE = r"""
+// the checks of a csr/csc's indptr and indices: out[0] set where indptr decreases, starts
+// elsewhere than 0, or an index lies outside [0, n) (a negative one read as a huge unsigned
+// one); out[1] = indptr[m], where the entries end.
+// With `safe` (nidx indices then m + 1 positions), copies a library may read whatever the
+// caller's arrays hold: the indices with every outside one replaced by 0, and indptr, which the
+// last block to finish (out[2] counts the finished ones) replaces by the sound stand-in
+// [0, nidx, ..., nidx] where the checks failed or the entries end before the arrays.
+template <typename I>
+__global__ void ust_compressed_bounds(const I* indptr, const I* indices, long long m, long long nidx,
+                                      unsigned long long n, unsigned long long* out, I* safe) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool bad = false;
+    if (i < m && indptr[i + 1] < indptr[i]) bad = true;
+    if (i < nidx) {
+        const bool inside = (unsigned long long)(long long)indices[i] < n;
+        if (!inside) bad = true;
+        if (safe) safe[i] = inside ? indices[i] : (I)0;
+    }
+    if (i == 0) {
+        out[1] = (unsigned long long)(long long)indptr[m];
+        if (indptr[0] != 0) bad = true;
+    }
+    if (bad) atomicOr(&out[0], 1ULL);
+    if (!safe) return;
+    if (i <= m) safe[nidx + i] = indptr[i];
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&out[2], 1ULL) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const volatile unsigned long long* answer = out;
+    if (answer[0] == 0 && answer[1] == (unsigned long long)nidx) return;
+    for (long long k = threadIdx.x; k <= m; k += blockDim.x) safe[nidx + k] = k == 0 ? (I)0 : (I)nidx;
+}
+"""
+_BOUNDS_BLOCK = 256
+
+
 @functools.cache
-def _bounds_kernel() -> Any:
-    """One pass over a csr/csc's ``indptr`` and ``indices``: any decrease of ``indptr``, any index
-    outside ``[0, n)`` (a negative one read as a huge unsigned one), ``indptr[0] != 0`` set
-    ``out[0]``; ``out[1]`` gets ``indptr[m]`` (where the entries end)."""
+def _bounds_kernel(index: str) -> Any:
+    """The checks for one index dtype.  A raw kernel: its launch costs a few microseconds where
+    an ElementwiseKernel's argument handling costs tens."""
     import cupy
 
-    return cupy.ElementwiseKernel(
-        "raw I indptr, raw I indices, int64 m, int64 nidx, uint64 n",
-        "raw uint64 out",
-        """
-        bool bad = false;
-        if (i < m && indptr[i + 1] < indptr[i]) bad = true;
-        if (i < nidx && (unsigned long long)(long long)indices[i] >= n) bad = true;
-        if (i == 0) {
-            out[1] = (unsigned long long)(long long)indptr[m];
-            if (indptr[0] != 0) bad = true;
-        }
-        if (bad) atomicOr(&out[0], 1ULL);
-        """,
-        "ust_compressed_bounds",
-    )
+    name = f"ust_compressed_bounds<{'int' if index == 'int32' else 'long long'}>"
+    mod = cupy.RawModule(code=_BOUNDS_SOURCE, options=("--std=c++17",), name_expressions=(name,))
+    return mod.get_function(name)
+
+
+def _launch_bounds(indptr: Any, indices: Any, n: int) -> Any:
+    """The checks queued on the current stream: their answer (flag, end, -) on the device."""
+    import cupy
+
+    m, nidx = int(indptr.shape[0]) - 1, int(indices.shape[0])
+    out = cupy.zeros(3, dtype=np.uint64)
+    grid = -(-max(m + 1, nidx) // _BOUNDS_BLOCK)
+    args = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n), out, np.uint64(0))
+    _bounds_kernel(indptr.dtype.name)((grid,), (_BOUNDS_BLOCK,), args)
+    return out
 
 
 def _bounds(indptr: Any, indices: Any, n: int) -> tuple[bool, int]:
     """(sound, where the entries end) of a csr/csc's index arrays: one kernel, one transfer."""
     import cupy
 
-    m, nidx = int(indptr.shape[0]) - 1, int(indices.shape[0])
-    out = cupy.zeros(2, dtype=np.uint64)
-    _bounds_kernel()(indptr, indices, m, nidx, n, out, size=max(m, nidx, 1))
-    flag, end = (int(v) for v in out.get())
-    return not flag and end <= nidx, end
+    indptr, indices = cupy.ascontiguousarray(indptr), cupy.ascontiguousarray(indices)  # the kernel reads flat
+    flag, end, _ = (int(v) for v in _launch_bounds(indptr, indices, n).get())
+    return not flag and end <= int(indices.shape[0]), end
+
+
+_ANSWER_BYTES = 24  # flag, end, finished blocks: three 8-byte words ahead of the copies
+
+
+class _Sanitized:
+    """Copies of a csr/csc's ``indptr`` and ``indices`` a library may read whatever the caller's
+    arrays hold, and the checks' answer, in one device allocation (``buffer``: the answer, the
+    indices, then indptr), made by one kernel (:data:`_BOUNDS_SOURCE`) with no host
+    synchronisation: whoever uses a result computed from them reads the answer first
+    (:class:`_OwedTranspose`).  Where the arrays pass the checks and the entries end at the
+    indices' end the copies equal them; else indptr is a sound stand-in."""
+
+    __slots__ = ("buffer", "indices_ptr", "indptr_ptr")
+
+    def __init__(self, indptr: Any, indices: Any, n: int) -> None:
+        import cupy
+
+        if not (indptr.flags.c_contiguous and indices.flags.c_contiguous):  # the kernel reads flat
+            indptr, indices = cupy.ascontiguousarray(indptr), cupy.ascontiguousarray(indices)
+        m, nidx = int(indptr.shape[0]) - 1, int(indices.shape[0])
+        self.buffer = cupy.empty(_ANSWER_BYTES + (nidx + m + 1) * indices.itemsize, dtype=np.uint8)
+        base = self.buffer.data.ptr
+        self.indices_ptr = base + _ANSWER_BYTES
+        self.indptr_ptr = self.indices_ptr + nidx * indices.itemsize
+        cupy.cuda.runtime.memsetAsync(base, 0, _ANSWER_BYTES, cupy.cuda.get_current_stream().ptr)
+        grid = -(-max(m + 1, nidx) // _BOUNDS_BLOCK)
+        args: tuple[Any, ...] = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n))
+        args += (np.uint64(base), np.uint64(self.indices_ptr))  # pointers, passed by value
+        _bounds_kernel(indptr.dtype.name)((grid,), (_BOUNDS_BLOCK,), args)
+
+    def answer(self) -> tuple[int, int]:
+        """(flag, where the entries end): one transfer, which waits for the kernel."""
+        flag, end, _ = (int(v) for v in self.buffer[:_ANSWER_BYTES].view(np.uint64).get())
+        return flag, end
 
 
 class _OwedBounds:
@@ -76,6 +150,9 @@ class _OwedBounds:
 
     #: the check may return trimmed buffers: reads of ``values`` and ``nse`` settle it first
     trims = True
+    #: the check is the compressed-bounds one, which ust's GPU merge kernel makes as it reads
+    #: (:func:`ust.algebra.elementwise._raw_compressed` hands it the buffers unchecked)
+    compressed_bounds = True
 
     def __call__(
         self, shape: tuple[int, ...], fmt: Format, pos: tuple, crd: tuple, values: Any
@@ -106,6 +183,29 @@ class _OwedBounds:
 
 
 _owed_compressed = _OwedBounds()
+
+
+class _OwedTranspose:
+    """What a transpose of an unchecked cupyx intake owes (:func:`transpose_tensor`): the answer
+    of the checks it queued, read by the first read of the result's buffers.  Sound: nothing to
+    do.  Unsound: the source's own check raises its error.  Entries ending before the arrays
+    (the transpose ran on a stand-in): the source's check trims it and the transpose is redone."""
+
+    trims = True  # the redone transpose replaces the values too
+
+    def __init__(self, copies: _Sanitized, source: Tensor, fmt: Format, nidx: int) -> None:
+        self.copies, self.source, self.fmt, self.nidx = copies, source, fmt, nidx
+
+    def __call__(
+        self, shape: tuple[int, ...], fmt: Format, pos: tuple, crd: tuple, values: Any
+    ) -> tuple[tuple, tuple, Any] | None:
+        flag, end = self.copies.answer()
+        if not flag and end == self.nidx:
+            return None
+        self.source.pos(1)  # the source's check: raises its error, or trims
+        redone = transpose_tensor(self.source, self.fmt)
+        assert redone is not None  # the source took this route once; it is only shorter now
+        return redone._pos, redone._crd, redone._values
 
 
 def _compressed_format(csr: bool) -> Format:
@@ -333,15 +433,24 @@ def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
     import cupy
     from cupy_backends.cuda.libs import cusparse
 
-    indptr, indices, data = t.pos(1), t.crd(1), t.values
+    deferred = getattr(t._owed, "compressed_bounds", False)  # an unchecked cupyx intake
+    indptr, indices, data = (t._pos[1], t._crd[1], t._values) if deferred else (t.pos(1), t.crd(1), t.values)
     if type(data) is not cupy.ndarray or indptr.dtype != np.int32 or indices.dtype != np.int32:
         return None
     cuda_type = _CUDA_DATA_TYPE.get(np.dtype(data.dtype))
     nnz = int(indices.shape[0])
-    if cuda_type is None or int(data.shape[0]) != nnz or max(nnz, *t.shape) >= 2**31 - 1:
+    if cuda_type is None or int(data.shape[0]) < nnz or max(nnz, *t.shape) >= 2**31 - 1:
         return None
+    if int(data.shape[0]) != nnz:
+        if not deferred:
+            return None
+        data = data[:nnz]
     m, n = t.shape if t.format == _compressed_format(True) else t.shape[::-1]
-    with cupy.cuda.Device(data.device.id):
+    with on_device(data):
+        copies, ptr_of, idx_of = None, indptr.data.ptr, indices.data.ptr
+        if deferred:  # checks queued, the library given sound copies; the answer owed to the result
+            copies = _Sanitized(indptr, indices, n)
+            ptr_of, idx_of = copies.indptr_ptr, copies.indices_ptr
         out_val = cupy.empty(nnz, dtype=data.dtype)
         out_idx = cupy.empty(nnz, dtype=np.int32)
         if nnz == 0:
@@ -350,7 +459,7 @@ def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
             out_ptr = cupy.empty(n + 1, dtype=np.int32)
             handle = cupy.cuda.device.get_cusparse_handle()
             cusparse.setStream(handle, cupy.cuda.get_current_stream().ptr)
-            args: tuple[Any, ...] = (handle, m, n, nnz, data.data.ptr, indptr.data.ptr, indices.data.ptr)
+            args: tuple[Any, ...] = (handle, m, n, nnz, data.data.ptr, ptr_of, idx_of)
             args += (out_val.data.ptr, out_ptr.data.ptr, out_idx.data.ptr, cuda_type)
             args += (cusparse.CUSPARSE_ACTION_NUMERIC, cusparse.CUSPARSE_INDEX_BASE_ZERO)
             args += (cusparse.CUSPARSE_CSR2CSC_ALG1,)
@@ -358,4 +467,5 @@ def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
             cusparse.csr2cscEx2(*args, work.data.ptr)
     from ust.tensor import Tensor
 
-    return Tensor._trusted(t.shape, fmt, out_val, (None, out_ptr), (None, out_idx))
+    owed = None if copies is None else _OwedTranspose(copies, t, fmt, nnz)
+    return Tensor._trusted(t.shape, fmt, out_val, (None, out_ptr), (None, out_idx), owed)

@@ -202,7 +202,7 @@ def convert(
         return _cast_index(t, itype)
     # O(extent) storage (CSR's pos, a dense or range level) that no machine holds: before any work
     est = itype or default_index_dtype(t.index_dtype, fmt, t.shape, 0)
-    check_storage(t.xp, fmt, t.shape, t.nse, est, t.dtype)
+    check_storage(t.xp, fmt, t.shape, t.nse_bound, est, t.dtype)
     t0 = time.perf_counter()
     steps = plan_route(t, fmt, route)
     out = t
@@ -245,7 +245,7 @@ def convert(
             fmt.standard_name or fmt.map_text(),
             t.device,
             " then ".join(s.description for s in steps),
-            t.nse,
+            t.nse_bound,
             1e3 * (time.perf_counter() - t0),
         )
     return out
@@ -255,12 +255,8 @@ def _largest_count(t: Tensor, *, with_pos: bool = True) -> int:
     """The largest length of ``t``'s value and coordinate buffers (it bounds every position a
     ``pos`` buffer holds) and, ``with_pos``, of its ``pos`` buffers too (the count the default
     rule sizes kernels' position arithmetic by)."""
-    sizes = [int(t.values.size)]
-    for k in range(t.format.nlevels):
-        for a in (t.pos(k) if with_pos else None, t.crd(k)):
-            if a is not None:
-                sizes.append(int(a.size))
-    return max(sizes)
+    held = t._named_buffers()  # sizes only: a deferred check (a GPU synchronisation) is not run
+    return max(int(a.size) for name, a in held.items() if with_pos or not name.startswith("pos"))
 
 
 def _cast_index(t: Tensor, itype: np.dtype) -> Tensor:

@@ -62,7 +62,7 @@ def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
         np.dtype(t.index_dtype),
         t.ndim,
         max(t.shape, default=0),
-        max(t.nse, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
+        max(t.nse_bound, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
     )
 
 

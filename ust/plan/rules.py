@@ -146,6 +146,7 @@ _MATMUL_RULES: tuple[Rule, ...] = (
 # its format class text ("CSR", "BSR[2, 2]"), "DENSE", "SCALAR", or "" for unary ops.
 ALGEBRA_VALUES = ALL_VALUES | frozenset({"uint16", "uint32", "uint64"})  # every value dtype a Tensor holds
 SCIPY_VALUES = ALGEBRA_VALUES - {"float16"}  # scipy.sparse rejects float16
+MERGE_KERNEL_VALUES = ALGEBRA_VALUES - {"float16"}  # ust.backends.cuda.merge_kernels.MERGE_VALUES
 
 
 _CONDITIONS.update(
@@ -220,10 +221,16 @@ def _algebra_rules() -> tuple[Rule, ...]:
                  f"{how} co-iteration in {{fmt}}'s level order as a NumPy array program (merge by searchsorted)",
                  dtypes=ALGEBRA_VALUES),
         ]
-        rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
-                          "cuSPARSE csrgeam2 (through CuPy) adds two canonical CSR operands" if op == "add" else
-                          "CuPy's intersection kernel multiplies two canonical CSR operands",
-                          when="same_canonical_class"))
+        rules.append(Rule(op, "cuda", frozenset({"CSR", "CSC"}), "merge-kernel",
+                          f"ust's CUDA merge kernel: the {how} of two canonical {{fmt}} operands, one thread per "
+                          "row, counted then written (SciPy's arithmetic; the operands' index checks in the "
+                          "counting pass, one host sync)",
+                          when="same_canonical_class", dtypes=MERGE_KERNEL_VALUES))
+        if op == "add":  # CuPy's product drops nan * (implicit 0), which SciPy stores: not offered
+            rules.append(Rule(op, "cuda", frozenset({"CSR"}), "cupyx",
+                              "cuSPARSE csrgeam2 (through CuPy) adds two canonical CSR operands "
+                              "(their indices checked first, zeros dropped after)",
+                              when="same_canonical_class"))
         rules.append(Rule(op, "cuda", ANY, "array-program",
                           f"{how} co-iteration in {{fmt}}'s level order as a CuPy array program",
                           dtypes=ALGEBRA_VALUES))

@@ -13,6 +13,7 @@ pip extra that installs it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
@@ -35,6 +36,7 @@ __all__ = [
     "import_cupy",
     "is_cupy",
     "namespace",
+    "on_device",
     "require_device",
     "scatter_max",
     "segment_sum",
@@ -149,6 +151,14 @@ def device_of(a: Any) -> str:
     if is_cupy(a):
         return f"cuda:{a.device.id}"
     return "cpu"
+
+
+def on_device(a: Any) -> contextlib.AbstractContextManager[Any]:
+    """A context in which CuPy works on ``a``'s device: no context at all where that device is
+    already the current one (entering one costs a few microseconds, a small call's budget)."""
+    cupy = import_cupy()
+    dev = a.device.id
+    return contextlib.nullcontext() if dev == cupy.cuda.get_device_id() else cupy.cuda.Device(dev)
 
 
 def to_host(a: Any) -> np.ndarray:

@@ -278,6 +278,13 @@ class Tensor:
         return int(self.values.size)
 
     @property
+    def nse_bound(self) -> int:
+        """:attr:`nse` as the buffers are held, before a deferred check may trim them: an upper
+        bound for decisions (storage and index-width checks, the planner's size facts) that must
+        not run the check themselves (a GPU intake's check is a host synchronisation)."""
+        return int(self._values.size)
+
+    @property
     def nnz(self) -> int:
         """Entries as scipy counts them: stored slots inside the tensor (explicit zeros and block
         padding included, DIA padding outside the matrix and batch capacity excluded)."""
