@@ -240,6 +240,9 @@ def cupyx_pair(op: str, a: Any, b: Any) -> tuple[Any, Any] | None:
 
     fmt = _CSR_CSC[name]
     shape = (int(a.shape[0]), int(a.shape[1]))
+    major = shape[0] if name == "csr" else shape[1]
+    if any(x.indptr.ndim != 1 or x.indptr.shape[0] != major + 1 for x in (a, b)):
+        return None  # the kernel reads major + 1 positions: the general path words the fault
     dtype = np.result_type(a.dtype, b.dtype)
     p = problem_of("multiply" if op == "multiply" else "add", fmt, "cuda", dtype, index_dtype, 2, max(shape),
                    other=fmt)  # fmt: skip
