@@ -3,7 +3,10 @@
 SciPy's rule for ``A.multiply(B)`` (NumPy's for dense ``A * B``): an entry stored in one operand
 only meets the other's implicit zero, so a non-finite value there gives ``v * 0`` (NaN), stored;
 a finite one gives 0, dropped.  Entries stored in both give ``a * b``, kept when nonzero (NaN
-kept).  Every format and route must give SciPy's values and SciPy's stored pattern.
+kept).  Every format and route must give SciPy's values and SciPy's stored pattern: the
+planner's choice, the array program and the tensor-algebra compiler (``route="compiled"``).
+Broadcast products (``t.multiply`` of a matrix and a sparse row or column) follow SciPy, which
+keeps the NaN of the full-shape operand only (see ``ust.api.surface._joined``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import scipy.sparse as sp
 import ust.api.algebra as ops
 from tests.algebra_cases import snapshot
 from ust.convert import asarray
+from ust.plan.planner import c_compiler_available
 
 NAN, INF = np.nan, np.inf
 
@@ -111,14 +115,16 @@ def routes(ta, tb, op="multiply"):
     return sorted({d.route, "array-program"})
 
 
-def check(op, A, B, name):
+def check(op, A, B, name, route_list=None, name_b=None):
+    """``op`` of A and B (in format ``name``; B in ``name_b`` where given) on ``route_list``
+    (default :func:`routes`) against SciPy: values, dtype, stored pattern, inputs unchanged."""
     a, b = sp.csr_array(A), sp.csr_array(B)
     ref = {"multiply": lambda: a.multiply(b), "add": lambda: a + b, "subtract": lambda: a - b}[op]()
     ref = sp.csr_array(ref)
     ref.eliminate_zeros()  # SciPy's result holds none already; the reference pattern for sure
-    ta, tb = asarray(a, name), asarray(b, name)
+    ta, tb = asarray(a, name), asarray(b, name_b or name)
     sa, sb = snapshot(ta), snapshot(tb)
-    for route in routes(ta, tb, op):
+    for route in route_list or routes(ta, tb, op):
         with np.errstate(invalid="ignore"):
             out = getattr(ops, op)(ta, tb, route=route)
         assert out.format == ta.format
@@ -220,3 +226,202 @@ def test_multiply_by_dense_or_scalar_keeps_the_structure(name):
     out = ops.multiply(ta, 3.0)
     np.testing.assert_array_equal(out.todense(), (a * 3.0).toarray())
     assert out.to_scipy().nnz == ta.to_scipy().nnz
+
+
+# ----------------------------------------------------------------------------- the compiled route
+
+needs_cc = pytest.mark.skipif(not c_compiler_available(), reason="the compiled route needs a C compiler")
+USER = "(i, j) -> (j : compressed, i : compressed)"
+COMPILED = ["CSR", "COO", USER, "DCSR", "BSR[2,2]", "DIA"]
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", COMPILED)
+def test_multiply_nonfinite_compiled_route(name, dtype):
+    # route="compiled" (the tensor-algebra compiler's A(i,j) * B(i,j), an intersection) gives
+    # SciPy's result too: NaN where a NaN / inf stored in one operand only meets an implicit 0
+    A, B = fixed_pair(dtype)
+    ta = asarray(sp.csr_array(A), name)
+    d = ops.plan("multiply", ta, ta)
+    assert "compiled" in {r.route for r in d.alternatives} | {d.route}  # a candidate the planner lists
+    check("multiply", A, B, name, ["compiled"])  # A-only, B-only and both-stored positions
+    check("multiply", np.zeros_like(A), B, name, ["compiled"])  # B's non-finite values only
+    check("multiply", A, np.zeros_like(B), name, ["compiled"])
+    for seed in range(3):
+        check("multiply", *random_pair(seed, dtype), name, ["compiled"])
+
+
+@needs_cc
+@pytest.mark.parametrize(("name", "name_b"), [("CSR", "COO"), ("COO", USER), ("DCSR", "CSC")])
+def test_multiply_nonfinite_compiled_mixed_formats_and_dtypes(name, name_b):
+    A, B = fixed_pair(np.float64)
+    check("multiply", A, B, name, ["compiled"], name_b)
+    check("multiply", A.astype(np.float32), B.astype(np.complex128), name, ["compiled"], name_b)
+    check("multiply", np.where(np.isfinite(A), A, 3).astype(np.int64), B, name, ["compiled"], name_b)
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["CSR", "COO"])
+def test_multiply_compiled_route_finite_is_one_check(name, monkeypatch):
+    # all values finite (even with a sum that overflows): the compiled product as it is, no
+    # co-iteration of the operands; the index dtype is kept either way
+    import ust.algebra.coiterate as co
+
+    A, B = random_pair(1, np.float64)
+    A, B = np.where(np.isfinite(A), A, 1.0), np.where(np.isfinite(B), B, 0.0)
+    ta, tb = asarray(sp.csr_array(A), name), asarray(sp.csr_array(B), name)
+    calls = []
+    real = co.keyed
+    monkeypatch.setattr(co, "keyed", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = ops.multiply(ta, tb, route="compiled")
+    assert calls == [] and out.to_scipy().nnz == np.count_nonzero(A * B)
+    A = np.zeros((4, 4))
+    B = np.zeros((4, 4))
+    A[0, :], A[1, 1], B[1, :], B[0, 2] = 1.5e308, 0.5, -1.7e308, 0.5
+    check("multiply", A, B, name, ["compiled"])  # the sum overflows: looked at, nothing added
+    ta, tb = asarray(sp.csr_array(A), name), asarray(sp.csr_array(B), name)
+    A[2, 2] = NAN
+    out = ops.multiply(asarray(sp.csr_array(A), name), tb, route="compiled")
+    assert out.index_dtype == ta.index_dtype and np.isnan(out.todense()[2, 2])
+
+
+@needs_cc
+def test_compute_expression_keeps_the_intersection():
+    # ust.compute of the user's own A(i,j) * B(i,j) is the compiler's intersection (TACO's
+    # semantics): only the multiply op's route completes it to SciPy's rule
+    import ust
+
+    A, B = fixed_pair(np.float64)
+    ta, tb = asarray(sp.csr_array(A), "CSR"), asarray(sp.csr_array(B), "CSR")
+    with np.errstate(invalid="ignore"):
+        out = ust.compute("C(i,j) = A(i,j) * B(i,j)", A=ta, B=tb, out_format="CSR")
+        stored = (A != 0) & (B != 0)
+        want = np.where(stored, A * B, 0)
+    assert_same(np.asarray(out.todense()), want, "compute")
+    assert np.isnan(ops.multiply(ta, tb, route="compiled").todense()[0, 0])
+
+
+@needs_cc
+@pytest.mark.parametrize("op", ["add", "subtract"])
+def test_add_subtract_nonfinite_compiled_route(op):
+    for name in ("CSR", "COO", USER):
+        check(op, *fixed_pair(np.float64), name, ["compiled"])
+        check(op, *random_pair(3, np.float64), name, ["compiled"])
+    check("add", *fixed_pair(np.complex128), "CSR", ["compiled"])
+
+
+@needs_cc
+@pytest.mark.xfail(
+    strict=True,
+    reason="the compiler writes A - B as A + (-1) * B with -1 a complex constant: "
+    "(-1+0j) * (inf+0j) is -inf+nanj, where SciPy and NumPy give 0 - (inf+0j) = -inf+0j",
+)
+def test_subtract_complex_nonfinite_compiled_route():
+    check("subtract", *fixed_pair(np.complex128), "CSR", ["compiled"])
+
+
+# ----------------------------------------------------------------------------- broadcast (t.multiply)
+
+
+def broadcast_operands():
+    """(matrix 5x4, row 1x4, column 5x1, 1-D row (4,)): NaN / inf values that meet a stored
+    value of the other operand and ones that meet its implicit zeros, in each of them."""
+    M = np.zeros((5, 4))
+    M[0, 0], M[0, 2], M[1, 1], M[1, 3], M[2, 0], M[3, 3] = NAN, 2.0, INF, 3.0, -INF, 1.0
+    R = np.array([[0.0, 5.0, NAN, -INF]])
+    C = np.array([[0.0], [-INF], [NAN], [2.0], [0.0]])
+    return M, R, C, np.array([INF, 0.0, 1.0, NAN])
+
+
+def scipy_broadcast(X, Y):
+    with np.errstate(invalid="ignore"):
+        return sp.csr_array(sp.coo_array(X).multiply(sp.coo_array(Y)))
+
+
+def as_sparse(X, name):
+    return asarray(sp.coo_array(X), name if X.ndim == 2 else "(i) -> (i : compressed)")
+
+
+def check_broadcast(X, Y, name, ref=None):
+    """``X.multiply(Y)`` (X in ``name``, Y in COO) against SciPy's (or ``ref``): values, stored
+    pattern; and against NumPy's dense product everywhere but where SciPy drops a NaN."""
+    ref = scipy_broadcast(X, Y) if ref is None else ref
+    tx, ty = as_sparse(X, name), as_sparse(Y, "COO")
+    with np.errstate(invalid="ignore"):
+        out = tx.multiply(ty)
+        numpy = X * Y
+    dense = np.asarray(out.todense())
+    assert dense.shape == ref.shape
+    assert_same(dense, ref.toarray().reshape(dense.shape), f"{X.shape} * {Y.shape} in {name}")
+    s = out.to_scipy()
+    assert s.nnz == ref.nnz and np.all(s.data != 0), (X.shape, Y.shape, name)
+    # NumPy's value everywhere, except SciPy's dropped NaN: a non-finite value of an operand of
+    # a smaller shape against an implicit zero of the other
+    off = ~np.isclose(dense, numpy, equal_nan=True)
+    assert np.all(np.isnan(numpy[off]) & (dense[off] == 0))
+    return dense, numpy
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["CSR", "COO", "CSC", USER])
+def test_multiply_nonfinite_broadcast_matrix_times_vector(name, dtype):
+    M, R, C, r1 = (x.astype(dtype) for x in broadcast_operands())
+    for X, Y in [(M, R), (R, M), (M, C), (C, M), (M, r1)]:
+        dense, numpy = check_broadcast(X, Y, name)
+        # the matrix's NaN / inf against the vector's implicit zero: NaN, as NumPy's
+        big = X if X.shape == M.shape else Y
+        full = ~np.isfinite(big)
+        assert np.all(np.isnan(dense[full & (numpy != numpy)]))
+        assert np.isnan(dense[0, 0])  # M's NaN against the vector's implicit zero
+
+
+@pytest.mark.parametrize("name", ["CSR", "COO", USER])
+def test_multiply_nonfinite_broadcast_as_scipy_drops(name):
+    M, R, C, r1 = broadcast_operands()
+    # a NaN of the row / column against the matrix's implicit zeros: dropped, as SciPy drops it
+    dense, numpy = check_broadcast(M, R, name)
+    assert np.isnan(numpy[4, 2]) and dense[4, 2] == 0
+    dense, numpy = check_broadcast(C, M, name)
+    assert np.isnan(numpy[1, 0]) and dense[1, 0] == 0
+    # a column times a row: stored pairs only (SciPy's outer product)
+    for X, Y, j in [(C, R, 0), (R, C, 0), (C, r1, 1), (r1, C, 1)]:
+        dense, numpy = check_broadcast(X, Y, name)
+        assert np.isnan(numpy[1, j]) and dense[1, j] == 0  # C's -inf against a zero of the row
+    # (1, n) and (n,): both of the full shape; SciPy keeps the first one's NaN / inf only
+    dense, _ = check_broadcast(R, r1, name)  # r1's inf against R's implicit zero: dropped
+    np.testing.assert_array_equal(np.isnan(dense), [[False, False, True, True]])
+    dense, _ = check_broadcast(r1, R, name)
+    np.testing.assert_array_equal(np.isnan(dense.reshape(1, -1)), [[True, False, True, True]])
+
+
+@pytest.mark.parametrize("name", ["CSR", "COO"])
+def test_multiply_nonfinite_broadcast_explicit_zeros(name):
+    # a stored 0 times a NaN / inf: a stored NaN (SciPy's products and NumPy alike)
+    M = sp.coo_array(([0.0, 2.0, 0.0], ([0, 1, 2], [2, 1, 0])), shape=(3, 4))
+    R = sp.coo_array(([NAN, INF], ([0, 0], [2, 0])), shape=(1, 4))
+    C = sp.coo_array(([NAN, 0.0], ([1, 2], [0, 0])), shape=(3, 1))
+    for X, Y in [(M, R), (R, M), (M, C), (C, M), (C, R), (R, C)]:
+        with np.errstate(invalid="ignore"):
+            ref = sp.csr_array(X.multiply(Y))
+            out = asarray(X, name).multiply(asarray(Y, "COO"))
+        assert_same(np.asarray(out.todense()), ref.toarray(), f"{X.shape} * {Y.shape}")
+        assert out.to_scipy().nnz == ref.nnz and ref.nnz > 0
+
+
+def test_multiply_nonfinite_broadcast_nd():
+    # SciPy does not broadcast beyond 2-D: ust applies its 2-D rule (the full-shape operand's
+    # NaN / inf against an implicit zero is NaN; the broadcast operand's is dropped there)
+    from ust.convert.layouts import coo_format
+
+    X = np.zeros((2, 3, 4))
+    X[0, 0, 0], X[0, 1, 2], X[1, 2, 3] = INF, NAN, 2.0
+    Y = np.zeros((3, 4))
+    Y[1, 2], Y[2, 2], Y[2, 3] = 3.0, INF, -1.0
+    tx, ty = asarray(X, coo_format(3)), asarray(Y, "COO")
+    with np.errstate(invalid="ignore"):
+        numpy = X * Y
+        want = np.where(np.isnan(numpy) & (X == 0), 0, numpy)  # Y's inf against X's zeros
+    for out in (tx.multiply(ty), ty.multiply(tx)):
+        assert_same(np.asarray(out.todense()), want, "3-D")
+        assert out.nnz == int(np.count_nonzero(want))  # the NaN stored, no zero

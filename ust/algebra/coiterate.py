@@ -34,7 +34,17 @@ from ust.formats.model import Format
 from ust.runtime import xp as _xp
 from ust.runtime.errors import UnsupportedError
 
-__all__ = ["Keyed", "canonical", "intersection", "keyed", "to_tensor", "union"]
+__all__ = [
+    "Keyed",
+    "canonical",
+    "intersection",
+    "keyed",
+    "may_hold_nonfinite",
+    "nonfinite_unmatched",
+    "to_tensor",
+    "union",
+    "with_nonfinite_alone",
+]
 
 _KEY_LIMIT = 2**63 - 1
 
@@ -193,35 +203,44 @@ def _found(xp: ModuleType, keys: Any, sorted_keys: Any) -> tuple[Any, Any]:
     return idx[hit], hit
 
 
-def _may_hold_nonfinite(xp: ModuleType, *ks: Keyed) -> bool:
-    """False when no value of ``ks`` is NaN or infinite: one reduction per operand and one
-    read of the answer (a sum is finite only when every term is; one that overflows is
-    looked at again, entry by entry, by the caller)."""
+def may_hold_nonfinite(xp: ModuleType, *values: Any) -> bool:
+    """False when no array of ``values`` holds a NaN or an infinity: one reduction per array
+    and one read of the answer (a sum is finite only when every term is; one that overflows
+    is looked at again, entry by entry, by the caller)."""
     ok: Any = True
-    for k in ks:
-        if k.n and k.values.dtype.kind in "fc":
+    for v in values:
+        if int(v.size) and v.dtype.kind in "fc":
             with np.errstate(over="ignore", invalid="ignore"):
-                ok = ok & xp.isfinite(k.values.sum())
+                ok = ok & xp.isfinite(v.sum())
     return not bool(ok)
+
+
+def nonfinite_unmatched(
+    xp: ModuleType, keys: Any, values: Any, other_keys: Any, dtype: Any
+) -> tuple[Any, Any]:
+    """SciPy's rule for an entry of a product that meets the other operand's implicit zero:
+    the positions of the entries (``keys`` in any order, ``values``) whose value is NaN or
+    infinite and whose key ``other_keys`` (sorted) does not hold, and their value ``v * 0``
+    in ``dtype`` (NaN).  Only the non-finite entries are searched in ``other_keys``."""
+    empty = xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=dtype)
+    if int(values.shape[0]) == 0 or values.dtype.kind not in "fc":
+        return empty
+    bad = xp.flatnonzero(~xp.isfinite(values))
+    if int(bad.shape[0]) == 0:
+        return empty
+    alone = xp.ones(int(bad.shape[0]), dtype=bool)
+    alone[_found(xp, keys[bad], other_keys)[1]] = False
+    pos = bad[xp.flatnonzero(alone)]
+    with np.errstate(invalid="ignore"):
+        vals = values[pos].astype(dtype) * xp.zeros((), dtype=dtype)
+    return _nonzero(xp, pos, vals)
 
 
 def _nonfinite_alone(x: Keyed, y: Keyed, dtype: Any) -> tuple[Any, Any]:
     """The entries of ``x`` that ``y`` does not store and whose value is not finite, with
     value ``v * 0`` in ``dtype`` (NaN: the implicit zero of ``y`` met), zeros dropped."""
-    xp = x.xp
-    empty = xp.zeros(0, dtype=np.int64), xp.zeros(0, dtype=dtype)
-    if x.n == 0 or x.values.dtype.kind not in "fc":
-        return empty
-    bad = xp.flatnonzero(~xp.isfinite(x.values))  # only these are searched in y
-    if int(bad.shape[0]) == 0:
-        return empty
-    keys = x.keys[bad]
-    alone = xp.ones(int(bad.shape[0]), dtype=bool)
-    alone[_found(xp, keys, y.keys)[1]] = False
-    alone = xp.flatnonzero(alone)
-    with np.errstate(invalid="ignore"):
-        vals = x.values[bad[alone]].astype(dtype) * xp.zeros((), dtype=dtype)
-    return _nonzero(xp, keys[alone], vals)
+    pos, vals = nonfinite_unmatched(x.xp, x.keys, x.values, y.keys, dtype)
+    return x.keys[pos], vals
 
 
 def intersection(a: Keyed, b: Keyed, dtype: Any) -> tuple[Any, Any]:
@@ -237,10 +256,32 @@ def intersection(a: Keyed, b: Keyed, dtype: Any) -> tuple[Any, Any]:
     keys = small.keys[hit]
     vals = small.values[hit].astype(dtype) * large.values[idx].astype(dtype)
     keys, vals = _nonzero(xp, keys, vals)
-    if _may_hold_nonfinite(xp, a, b):
+    if may_hold_nonfinite(xp, a.values, b.values):
         for x, y in ((a, b), (b, a)):
             keys, vals = _merge(xp, keys, vals, *_nonfinite_alone(x, y, dtype))
     return keys, vals
+
+
+def with_nonfinite_alone(product: Any, a: Any, b: Any, dtype: Any) -> Any:
+    """``product``, the intersection ``a * b`` computed elsewhere (the compiled route: TACO's
+    semantics of ``A(i,j) * B(i,j)``) in its own format, completed to SciPy's rule as
+    :func:`intersection` applies it: the NaN or infinite values stored in one operand only are
+    merged in as ``v * 0`` (NaN).  When no value is non-finite (one reduction per operand) it
+    is ``product`` itself; otherwise a new tensor in ``product``'s format and index dtype."""
+    xp = product.xp
+    if not may_hold_nonfinite(xp, a.values, b.values):
+        return product
+    fmt = product.format
+    ka, kb = keyed(a, fmt), keyed(b, fmt)
+    extra = [_nonfinite_alone(x, y, dtype) for x, y in ((ka, kb), (kb, ka))]
+    if not any(int(k.shape[0]) for k, _ in extra):
+        return product  # finite values whose sum overflowed, or none alone
+    kp = keyed(product, fmt)
+    keys, vals = kp.keys, kp.values.astype(dtype, copy=False)
+    # a key of both: ``y`` stores an explicit or padding zero there, the product a NaN already
+    for k, v in extra:
+        keys, vals = _merge(xp, keys, vals, k, v)
+    return to_tensor(kp, keys, vals, fmt, index_dtype=product.index_dtype)
 
 
 def to_tensor(like: Keyed, keys: Any, values: Any, fmt: Format, *, index_dtype: Any = None) -> Any:

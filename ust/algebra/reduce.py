@@ -211,13 +211,14 @@ def _with_zero(xp: ModuleType, op: str, x: Any) -> Any:
     return xp.where(pick_zero, x.dtype.type(0), x)
 
 
-def _merged(t: Any) -> tuple[tuple[Any, ...], Any]:
+def _merged(t: Any, *, keep_zeros: bool | None = False) -> tuple[tuple[Any, ...], Any]:
     """``t``'s entries, duplicates summed, as dimension coordinates and values: sorted by
-    comparison of the coordinates themselves (no key over all positions, so any shape)."""
+    comparison of the coordinates themselves (no key over all positions, so any shape);
+    stored zeros dropped (``keep_zeros=None``: kept where the format tells them from fill)."""
     from ust.convert.unpack import unpack
 
     xp = t.xp
-    ent = unpack(t, keep_zeros=False)
+    ent = unpack(t, keep_zeros=keep_zeros)
     dims, values = tuple(ent.dims()), ent.values
     if ent.unique or ent.n < 2:
         return dims, values

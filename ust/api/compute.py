@@ -1299,7 +1299,15 @@ def _compiled_spgemm(a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
 
 
 def _compiled_binary(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:
-    return _without_zeros(compute(_ALGEBRA_TEXT[op], A=a, B=b, out_format=fmt))
+    out = _without_zeros(compute(_ALGEBRA_TEXT[op], A=a, B=b, out_format=fmt))
+    if op == "multiply":
+        # the compiled A(i,j) * B(i,j) is the intersection (TACO's semantics, which compute()
+        # keeps for the user's own expressions); the multiply op is SciPy's: a NaN / inf stored
+        # in one operand only meets the other's implicit zero and gives a stored NaN
+        from ust.algebra.coiterate import with_nonfinite_alone
+
+        out = with_nonfinite_alone(out, a, b, dtype)
+    return out
 
 
 register(Route("spgemm", "compiled", _compiled_spgemm, doc="the tensor-algebra compiler"))

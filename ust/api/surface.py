@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ust.algebra.coiterate import Keyed, keyed
+from ust.algebra.coiterate import Keyed, keyed, may_hold_nonfinite, nonfinite_unmatched
 from ust.algebra.operands import DENSE, SCALAR, SPARSE, as_tensor, kind, place
 from ust.algebra.reduce import _merged, check_axis, check_result
 from ust.api import algebra as _algebra
@@ -777,14 +777,16 @@ def _grown(t: Tensor, dense: Any, shape: tuple[int, ...]) -> Tensor:
 def _joined(a: Tensor, b: Tensor, shape: tuple[int, ...]) -> Tensor:
     """``a * b`` of two sparse operands broadcast to ``shape`` (NumPy's rule): a join of the
     summed entries on the dimensions both span, each coordinate of a broadcast dimension taken
-    from the operand that spans it; exact zeros dropped, as scipy's products drop them."""
+    from the operand that spans it, plus SciPy's NaN entries of the operand of the full shape
+    (below); exact zeros dropped, as scipy's products drop them."""
     xp = a.xp
     nd = len(shape)
     sa = (1,) * (nd - a.ndim) + tuple(a.shape)
     sb = (1,) * (nd - b.ndim) + tuple(b.shape)
     shared = [d for d in range(nd) if sa[d] == sb[d]]
-    da_, va = _merged(a)
-    db_, vb = _merged(b)
+    # stored zeros kept: a stored 0 times a NaN / inf is a stored NaN (SciPy's products, NumPy)
+    da_, va = _merged(a, keep_zeros=None)
+    db_, vb = _merged(b, keep_zeros=None)
     na, nb = int(va.shape[0]), int(vb.shape[0])
     da = _padded_dims(da_, nd, xp, na)
     db = _padded_dims(db_, nd, xp, nb)
@@ -808,7 +810,26 @@ def _joined(a: Tensor, b: Tensor, shape: tuple[int, ...]) -> Tensor:
     dt = np.result_type(a.dtype, b.dtype)
     vals = va[seg].astype(dt) * vb[jb].astype(dt)
     nz = xp.flatnonzero(vals != 0)
-    out = Entries(xp, dense_format(nd), shape, [c[nz] for c in coords], vals[nz], None, True)
+    coords, vals = [c[nz] for c in coords], vals[nz]
+    # NaN / inf against an implicit zero, as SciPy computes a broadcast product (checked on
+    # SciPy 1.17): ``A @ diag(v)`` (``diag(v) @ A``) for a matrix times a sparse row (column),
+    # ``v`` densified, so every entry of the operand of the full shape meets the other's value
+    # at its position, an implicit zero included: a NaN / inf there gives a stored NaN (as in
+    # NumPy's dense ``a * b``).  SciPy drops the rest and ust follows it, where NumPy has NaN:
+    # a NaN / inf of the broadcast operand against the full one's implicit zeros (NumPy: NaN
+    # along the whole broadcast line), and any NaN / inf of a column times a row (SciPy's
+    # outer product multiplies stored pairs only; neither operand has the full shape).  Where
+    # both have the full shape after padding ((1, n) and (n,)), SciPy densifies the second:
+    # the first one's values are kept.  The same rule for any ndim (SciPy broadcasts 2-D only).
+    full = 0 if sa == shape else 1 if sb == shape else None
+    if full is not None:
+        kf, vf, df = (ka, va, da) if full == 0 else (kb, vb, db)
+        if may_hold_nonfinite(xp, vf):
+            ko = kbs if full == 0 else xp.sort(ka)
+            pos, extra = nonfinite_unmatched(xp, kf, vf, ko, dt)
+            coords = [xp.concatenate([c, d[pos]]) for c, d in zip(coords, df)]
+            vals = xp.concatenate([vals, extra])
+    out = Entries(xp, dense_format(nd), shape, coords, vals, None, True)
     return _pack(out, _result_format(a, shape, unique=True), a)
 
 
@@ -822,7 +843,9 @@ def multiply_pointwise(t: Any, other: Any) -> Any:
     entries repeated, in ``t``'s format where it admits the shape, else COO.  Two sparse
     operands: their intersection (broadcast when the shapes differ, e.g. a matrix times a
     sparse row, a column times a row), exact zeros dropped, in ``t``'s format where it admits
-    the shape, else COO.  Shapes that do not broadcast are a ShapeError.
+    the shape, else COO; a NaN / inf against an implicit zero is a stored NaN where SciPy
+    stores one (see :func:`_joined` for the broadcast cases).  Shapes that do not broadcast
+    are a ShapeError.
     """
     a = _tensor(t)
     k_other = kind(other)

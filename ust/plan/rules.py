@@ -389,12 +389,12 @@ _DENSE_RULES: tuple[Rule, ...] = (
 _COMPILED_ALGEBRA_RULES: tuple[Rule, ...] = tuple(
     Rule(op, dev, ANY, "compiled",
          f"the tensor-algebra compiler: a {'CUDA' if dev == 'cuda' else 'C'} kernel generated for "
-         f"{text} over {{fmt}} and the other operand's format, exact zeros dropped after (SciPy's rule)",
+         f"{text} over {{fmt}} and the other operand's format, exact zeros dropped after{extra} (SciPy's rule)",
          dtypes=ANY, index_dtypes=ANY)
-    for op, text in (
-        ("spgemm", "C(i,j) = A(i,k) * B(k,j)"),
-        ("add", "C(i,j) = A(i,j) + B(i,j)"),
-        ("multiply", "C(i,j) = A(i,j) * B(i,j)"),
+    for op, text, extra in (
+        ("spgemm", "C(i,j) = A(i,k) * B(k,j)", ""),
+        ("add", "C(i,j) = A(i,j) + B(i,j)", ""),
+        ("multiply", "C(i,j) = A(i,j) * B(i,j)", ", NaN / inf stored in one operand only added as NaN"),
     )
     for dev in ("cpu", "cuda")
 )
