@@ -312,13 +312,22 @@ def test_add_subtract_nonfinite_compiled_route(op):
 
 
 @needs_cc
-@pytest.mark.xfail(
-    strict=True,
-    reason="the compiler writes A - B as A + (-1) * B with -1 a complex constant: "
-    "(-1+0j) * (inf+0j) is -inf+nanj, where SciPy and NumPy give 0 - (inf+0j) = -inf+0j",
-)
 def test_subtract_complex_nonfinite_compiled_route():
-    check("subtract", *fixed_pair(np.complex128), "CSR", ["compiled"])
+    """A subtracted term is negated, not multiplied by a complex -1 ((-1+0j) * (inf+0j) is
+    -inf+nanj, where SciPy's and NumPy's 0 - (inf+0j) is -inf+0j)."""
+    for name in ("CSR", "COO", USER):
+        check("subtract", *fixed_pair(np.complex128), name, ["compiled"])
+
+
+@needs_cc
+def test_a_subtracted_term_of_a_user_expression_is_negated():
+    import ust
+
+    a = sp.csr_array(np.array([[complex(INF, 0.0), 0.0], [0.0, 1.0 + 2.0j]]))
+    b = sp.csr_array(np.array([[1.0 + 0.0j, 0.0], [0.0, 0.0]]))
+    out = ust.compute("C(i,j) = B(i,j) - A(i,j)", A=a, B=b, out_format="CSR")
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out.todense(), b.toarray() - a.toarray())
 
 
 # ----------------------------------------------------------------------------- broadcast (t.multiply)

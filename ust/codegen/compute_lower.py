@@ -54,6 +54,7 @@ from ust.codegen.ir import (
     Sort,
     Stmt,
     Store,
+    Un,
     Var,
     While,
     block,
@@ -674,7 +675,10 @@ class _Lowerer:
         term = self.expr.terms[t]
         factors: list[Expr] = []
         lit = term.literal
-        if lit != 1 or (not term.scalars and not term.factors):
+        # a subtracted term is negated, not multiplied by -1: (-1+0j) * (inf+0j) is -inf+nanj, where
+        # NumPy's and SciPy's 0 - (inf+0j) is -inf+0j (only rings subtract: their "-" is arithmetic)
+        negate = lit == -1 and self.sr.ring and bool(term.scalars or term.factors)
+        if (lit != 1 and not negate) or (not term.scalars and not term.factors):
             factors.append(Const(lit, "value"))
         factors += [Var(f"s_{s}") for s in term.scalars]
         for aid in self.term_accesses[t]:
@@ -689,7 +693,7 @@ class _Lowerer:
             value = mul_ir(self.sr, value, f)
         if len(factors) == 1 and self.sr.name == "plus_pair" and term.factors:
             value = Const(1, "value")
-        return value
+        return Un("-", value) if negate else value
 
     def compute(self, t: int, states: dict[int, _State], alive: Expr) -> list[Stmt]:
         stmts = self.update(t, states)
