@@ -179,3 +179,18 @@ def test_a_transpose_of_entries_ending_before_the_arrays_is_redone() -> None:
     np.testing.assert_array_equal(cp.asnumpy(out.pos(1)), ref.indptr)
     np.testing.assert_array_equal(cp.asnumpy(out.crd(1)), ref.indices)
     np.testing.assert_array_equal(cp.asnumpy(out.values), ref.data)
+
+
+@pytest.mark.parametrize("how", BAD)
+def test_the_owed_answer_is_read_on_the_stream_that_computed_it(how: str) -> None:
+    """The transpose runs on one non-blocking stream and its result is first read on another:
+    the checks' answer is copied back on the stream that computed it (in order after the
+    kernel), so a spoiled intake still raises."""
+    G = _spoil(_canonical(), how)
+    cp.cuda.Device().synchronize()
+    first, second = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with first:
+        out = ust.asarray(G).convert("CSC")
+    with second, pytest.raises((ShapeError, FormatError)):
+        out.pos(1)
+    cp.cuda.Device().synchronize()

@@ -121,7 +121,7 @@ class _Sanitized:
     (:class:`_OwedTranspose`).  Where the arrays pass the checks and the entries end at the
     indices' end the copies equal them; else indptr is a sound stand-in."""
 
-    __slots__ = ("buffer", "indices_ptr", "indptr_ptr")
+    __slots__ = ("buffer", "indices_ptr", "indptr_ptr", "stream")
 
     def __init__(self, indptr: Any, indices: Any, n: int) -> None:
         import cupy
@@ -133,15 +133,18 @@ class _Sanitized:
         base = self.buffer.data.ptr
         self.indices_ptr = base + _ANSWER_BYTES
         self.indptr_ptr = self.indices_ptr + nidx * indices.itemsize
-        cupy.cuda.runtime.memsetAsync(base, 0, _ANSWER_BYTES, cupy.cuda.get_current_stream().ptr)
+        self.stream = cupy.cuda.get_current_stream()  # the answer is read back on it, in order
+        cupy.cuda.runtime.memsetAsync(base, 0, _ANSWER_BYTES, self.stream.ptr)
         grid = -(-max(m + 1, nidx) // _BOUNDS_BLOCK)
         args: tuple[Any, ...] = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n))
         args += (np.uint64(base), np.uint64(self.indices_ptr))  # pointers, passed by value
         _bounds_kernel(indptr.dtype.name)((grid,), (_BOUNDS_BLOCK,), args)
 
     def answer(self) -> tuple[int, int]:
-        """(flag, where the entries end): one transfer, which waits for the kernel."""
-        flag, end, _ = (int(v) for v in self.buffer[:_ANSWER_BYTES].view(np.uint64).get())
+        """(flag, where the entries end): one transfer on the kernel's stream, which waits for it
+        (whatever stream is current at the first read of the result)."""
+        words = self.buffer[:_ANSWER_BYTES].view(np.uint64).get(stream=self.stream)
+        flag, end, _ = (int(v) for v in words)
         return flag, end
 
 
