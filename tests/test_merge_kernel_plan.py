@@ -44,3 +44,38 @@ def test_the_cupyx_fast_path_leaves_other_operands_alone() -> None:
     a = sp.random_array((5, 5), density=0.5, format="csr", rng=0)
     assert cupyx_pair("add", a, a) is None  # SciPy operands: not CuPy's
     assert cupyx_pair("add", a.toarray(), a.toarray()) is None
+
+
+def test_the_unchecked_level_is_handed_out_only_for_the_compressed_bounds_debt() -> None:
+    """The merge kernel and the checked transpose read a cupyx intake's buffers before its owed
+    check (they make it themselves); any other owed check runs first, and a checked tensor's
+    buffers are read the usual way."""
+    from ust.convert.scipy import _CSR_CSC
+    from ust.tensor import Tensor
+
+    a = sp.random_array((6, 6), density=0.4, format="csr", rng=1)
+    ran = []
+
+    class Bounds:
+        compressed_bounds = True
+
+        def __call__(self, *args):
+            ran.append("bounds")
+
+    class Other:
+        def __call__(self, *args):
+            ran.append("other")
+
+    fmt = _CSR_CSC["csr"]
+    t = Tensor._trusted((6, 6), fmt, a.data, (None, a.indptr), (None, a.indices), Bounds())
+    held = t._compressed_level_unchecked()
+    assert held is not None and held[0] is a.indptr and held[1] is a.indices and held[2] is a.data
+    assert ran == []  # nothing was checked: the caller's kernel checks
+    u = Tensor._trusted((6, 6), fmt, a.data, (None, a.indptr), (None, a.indices), Other())
+    assert u._compressed_level_unchecked() is None
+    assert (
+        Tensor._trusted(
+            (6, 6), fmt, a.data, (None, a.indptr), (None, a.indices)
+        )._compressed_level_unchecked()
+        is None
+    )

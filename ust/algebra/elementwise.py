@@ -124,9 +124,8 @@ def _raw_compressed(t: Any) -> tuple[Any, Any, Any]:
     """``(indptr, indices, values)`` of a CSR/CSC tensor for the merge kernel: as held where the
     tensor owes only the compressed-bounds check (the kernel makes it as it reads), else read
     the usual way (any other owed check runs first)."""
-    if getattr(t._owed, "compressed_bounds", False):
-        return t._pos[1], t._crd[1], t._values
-    return t.pos(1), t.crd(1), t.values
+    held = t._compressed_level_unchecked()
+    return held if held is not None else (t.pos(1), t.crd(1), t.values)
 
 
 def _merge(op: str, a: Any, b: Any, fmt: Format, dtype: Any) -> Any:

@@ -153,8 +153,8 @@ class _OwedBounds:
 
     #: the check may return trimmed buffers: reads of ``values`` and ``nse`` settle it first
     trims = True
-    #: the check is the compressed-bounds one, which ust's GPU merge kernel makes as it reads
-    #: (:func:`ust.algebra.elementwise._raw_compressed` hands it the buffers unchecked)
+    #: the check is the compressed-bounds one, which ust's GPU merge kernel and checked transpose
+    #: make as they read (:meth:`ust.Tensor._compressed_level_unchecked` hands them the buffers)
     compressed_bounds = True
 
     def __call__(
@@ -436,8 +436,9 @@ def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
     import cupy
     from cupy_backends.cuda.libs import cusparse
 
-    deferred = getattr(t._owed, "compressed_bounds", False)  # an unchecked cupyx intake
-    indptr, indices, data = (t._pos[1], t._crd[1], t._values) if deferred else (t.pos(1), t.crd(1), t.values)
+    held = t._compressed_level_unchecked()  # an unchecked cupyx intake: its checks are queued below
+    deferred = held is not None
+    indptr, indices, data = held if held is not None else (t.pos(1), t.crd(1), t.values)
     if type(data) is not cupy.ndarray or indptr.dtype != np.int32 or indices.dtype != np.int32:
         return None
     cuda_type = _CUDA_DATA_TYPE.get(np.dtype(data.dtype))

@@ -202,6 +202,16 @@ class Tensor:
                 self._nnz = None
             self._owed = None
 
+    def _compressed_level_unchecked(self) -> tuple[Any, Any, Any] | None:
+        """``(pos, crd, values)`` of level 1 as held, where the only check owed is the
+        compressed-bounds one of a cupyx intake (an owed check with a true ``compressed_bounds``
+        attribute): for a GPU kernel that makes that check itself as it reads and never follows
+        an index out of its arrays (the merge kernel, the checked transpose).  None otherwise:
+        read the buffers the usual way, which runs any owed check first."""
+        if not getattr(self._owed, "compressed_bounds", False):
+            return None
+        return self._pos[1], self._crd[1], self._values
+
     @classmethod
     def from_buffers(
         cls,
