@@ -89,16 +89,13 @@ def _bounds_kernel(index: str) -> Any:
     return mod.get_function(name)
 
 
-def _launch_bounds(indptr: Any, indices: Any, n: int) -> Any:
-    """The checks queued on the current stream: their answer (flag, end, -) on the device."""
-    import cupy
-
+def _queue_checks(indptr: Any, indices: Any, n: int, out: Any, safe: Any) -> None:
+    """Queue the checks' kernel on the current stream: ``out`` receives the answer (an array of
+    3 zeroed words, or a pointer to them), ``safe`` the copies (a pointer; 0 for none)."""
     m, nidx = int(indptr.shape[0]) - 1, int(indices.shape[0])
-    out = cupy.zeros(3, dtype=np.uint64)
     grid = -(-max(m + 1, nidx) // _BOUNDS_BLOCK)
-    args = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n), out, np.uint64(0))
+    args = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n), out, np.uint64(safe))
     _bounds_kernel(indptr.dtype.name)((grid,), (_BOUNDS_BLOCK,), args)
-    return out
 
 
 def _bounds(indptr: Any, indices: Any, n: int) -> tuple[bool, int]:
@@ -106,7 +103,9 @@ def _bounds(indptr: Any, indices: Any, n: int) -> tuple[bool, int]:
     import cupy
 
     indptr, indices = cupy.ascontiguousarray(indptr), cupy.ascontiguousarray(indices)  # the kernel reads flat
-    flag, end, _ = (int(v) for v in _launch_bounds(indptr, indices, n).get())
+    out = cupy.zeros(3, dtype=np.uint64)
+    _queue_checks(indptr, indices, n, out, 0)
+    flag, end, _ = (int(v) for v in out.get())
     return not flag and end <= int(indices.shape[0]), end
 
 
@@ -135,10 +134,7 @@ class _Sanitized:
         self.indptr_ptr = self.indices_ptr + nidx * indices.itemsize
         self.stream = cupy.cuda.get_current_stream()  # the answer is read back on it, in order
         cupy.cuda.runtime.memsetAsync(base, 0, _ANSWER_BYTES, self.stream.ptr)
-        grid = -(-max(m + 1, nidx) // _BOUNDS_BLOCK)
-        args: tuple[Any, ...] = (indptr, indices, np.int64(m), np.int64(nidx), np.uint64(n))
-        args += (np.uint64(base), np.uint64(self.indices_ptr))  # pointers, passed by value
-        _bounds_kernel(indptr.dtype.name)((grid,), (_BOUNDS_BLOCK,), args)
+        _queue_checks(indptr, indices, n, np.uint64(base), self.indices_ptr)  # pointers, by value
 
     def answer(self) -> tuple[int, int]:
         """(flag, where the entries end): one transfer on the kernel's stream, which waits for it

@@ -29,27 +29,21 @@ from typing import Any
 
 import numpy as np
 
+from ust.codegen.emit_compute_cuda import COMPUTE_CUDA_VALUE
+
 __all__ = ["MERGE_OPS", "MERGE_VALUES", "MergeResult", "merge_compressed"]
 
 #: op -> the code the kernels switch on (``x op y``)
 MERGE_OPS = {"add": 0, "subtract": 1, "multiply": 2}
 
-#: value dtype -> its CUDA type (float16 is left to the array program)
+#: value dtype -> its CUDA type: the compiler's names, complex as CuPy's header spells it
+#: (float16 is left to the array program)
 MERGE_VALUES = {
-    "float32": "float",
-    "float64": "double",
+    **COMPUTE_CUDA_VALUE,
     "complex64": "complex<float>",
     "complex128": "complex<double>",
-    "int8": "signed char",
-    "int16": "short",
-    "int32": "int",
-    "int64": "long long",
-    "uint8": "unsigned char",
-    "uint16": "unsigned short",
-    "uint32": "unsigned int",
-    "uint64": "unsigned long long",
 }
-_INDEX = {"int32": "int", "int64": "long long"}
+_INDEX = {name: COMPUTE_CUDA_VALUE[name] for name in ("int32", "int64")}
 _BLOCK = 1024  # 32 warps: 32 rows a block
 _ROWS = 32
 _SCAN_BLOCK = 1024
