@@ -90,7 +90,7 @@ def test_one_shot_add_on_the_gpu_matches_cupy() -> None:
 def test_csr_csc_transpose_on_the_buffers_is_exact(
     monkeypatch: pytest.MonkeyPatch, kind: str, dtype: type, shape: tuple[int, int]
 ) -> None:
-    """CSR <-> CSC on the GPU runs cuSPARSE's csr2cscEx2 on the tensor's buffers (no cupyx object):
+    """CSR <-> CSC on the GPU runs on the tensor's buffers (ust's bitmap kernels or cuSPARSE, no cupyx object):
     the same buffers as SciPy's conversion, for every value dtype and edge shape."""
     from ust.convert import cupyx as cxmod
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ust.convert.gpu_transpose import BitmapTranspose, transpose_by_bitmaps
 from ust.convert.layouts import coo_format, library_layout, relabel
 from ust.formats.library import get
 from ust.formats.model import Format
@@ -187,22 +188,26 @@ _owed_compressed = _OwedBounds()
 class _OwedTranspose:
     """What a transpose of an unchecked cupyx intake owes (:func:`transpose_tensor`): the answer
     of the checks it queued, read by the first read of the result's buffers.  Sound: nothing to
-    do.  Unsound: the source's own check raises its error.  Entries ending before the arrays
-    (the transpose ran on a stand-in): the source's check trims it and the transpose is redone."""
+    do.  Unsound: the source's own check raises its error.  Entries ending before the arrays:
+    the bitmap route's result is trimmed (it read only the entries), cuSPARSE's (it ran on a
+    stand-in) is redone after the source's check trims the source, as is a bitmap route's that
+    met a row holding a column twice (:data:`ust.convert.gpu_transpose.DUPLICATE`)."""
 
     trims = True  # the redone transpose replaces the values too
 
-    def __init__(self, copies: _Sanitized, source: Tensor, fmt: Format, nidx: int) -> None:
-        self.copies, self.source, self.fmt, self.nidx = copies, source, fmt, nidx
+    def __init__(self, run: _Sanitized | BitmapTranspose, source: Tensor, fmt: Format, nidx: int) -> None:
+        self.run, self.source, self.fmt, self.nidx = run, source, fmt, nidx
 
     def __call__(
         self, shape: tuple[int, ...], fmt: Format, pos: tuple, crd: tuple, values: Any
     ) -> tuple[tuple, tuple, Any] | None:
-        flag, end = self.copies.answer()
+        flag, end = self.run.answer()
         if not flag and end == self.nidx:
             return None
+        if not flag and end < self.nidx and isinstance(self.run, BitmapTranspose):
+            return pos, (None, crd[1][:end]), values[:end]
         self.source.pos(1)  # the source's check: raises its error, or trims
-        redone = transpose_tensor(self.source, self.fmt)
+        redone = transpose_tensor(self.source, self.fmt, library=True)
         assert redone is not None  # the source took this route once; it is only shorter now
         return redone._pos, redone._crd, redone._values
 
@@ -422,15 +427,15 @@ _CUDA_DATA_TYPE = {
 }
 
 
-def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
-    """A canonical GPU CSR tensor as CSC (or CSC as CSR) by cuSPARSE's ``csr2cscEx2`` on its
-    buffers, no cupyx object built around them on either side (their constructors and order
-    probes were most of a small conversion); the GPU twin of
-    :func:`ust.convert.scipy.transpose_tensor`.  None where cuSPARSE cannot take the buffers
-    (int64 indices, another value dtype, a size cuSPARSE's int32 cannot count): the caller then
-    takes cupyx's method."""
+def transpose_tensor(t: Tensor, fmt: Format, *, library: bool = False) -> Tensor | None:
+    """A canonical GPU CSR tensor as CSC (or CSC as CSR) on its buffers, no cupyx object built
+    around them on either side (their constructors and order probes were most of a small
+    conversion); the GPU twin of :func:`ust.convert.scipy.transpose_tensor`.  Small matrices
+    take ust's bitmap kernels (:mod:`ust.convert.gpu_transpose`: no sort, checks as they read),
+    larger ones (and ``library``) cuSPARSE's ``csr2cscEx2``.  None where neither takes the
+    buffers (int64 indices, another value dtype, a size cuSPARSE's int32 cannot count): the
+    caller then takes cupyx's method."""
     import cupy
-    from cupy_backends.cuda.libs import cusparse
 
     held = t._compressed_level_unchecked()  # an unchecked cupyx intake: its checks are queued below
     deferred = held is not None
@@ -446,26 +451,46 @@ def transpose_tensor(t: Tensor, fmt: Format) -> Tensor | None:
             return None
         data = data[:nnz]
     m, n = t.shape if t.format == _compressed_format(True) else t.shape[::-1]
-    with on_device(data):
-        copies, ptr_of, idx_of = None, indptr.data.ptr, indices.data.ptr
-        if deferred:  # checks queued, the library given sound copies; the answer owed to the result
-            copies = _Sanitized(indptr, indices, n)
-            ptr_of, idx_of = copies.indptr_ptr, copies.indices_ptr
-        out_val = cupy.empty(nnz, dtype=data.dtype)
-        out_idx = cupy.empty(nnz, dtype=np.int32)
-        if nnz == 0:
-            out_ptr = cupy.zeros(n + 1, dtype=np.int32)
-        else:
-            out_ptr = cupy.empty(n + 1, dtype=np.int32)
-            handle = cupy.cuda.device.get_cusparse_handle()
-            cusparse.setStream(handle, cupy.cuda.get_current_stream().ptr)
-            args: tuple[Any, ...] = (handle, m, n, nnz, data.data.ptr, ptr_of, idx_of)
-            args += (out_val.data.ptr, out_ptr.data.ptr, out_idx.data.ptr, cuda_type)
-            args += (cusparse.CUSPARSE_ACTION_NUMERIC, cusparse.CUSPARSE_INDEX_BASE_ZERO)
-            args += (cusparse.CUSPARSE_CSR2CSC_ALG1,)
-            work = cupy.empty(max(1, cusparse.csr2cscEx2_bufferSize(*args)), dtype=np.int8)
-            cusparse.csr2cscEx2(*args, work.data.ptr)
     from ust.tensor import Tensor
 
-    owed = None if copies is None else _OwedTranspose(copies, t, fmt, nnz)
+    with on_device(data):
+        bitmaps = None if library else transpose_by_bitmaps(indptr, indices, data, m, n)
+        run: _Sanitized | BitmapTranspose | None = bitmaps
+        if bitmaps is not None:
+            out_ptr, out_idx, out_val = bitmaps.indptr, bitmaps.indices, bitmaps.values
+        else:
+            out_ptr, out_idx, out_val, run = _transpose_by_cusparse(
+                indptr, indices, data, n, deferred, cuda_type
+            )
+    owed = _OwedTranspose(run, t, fmt, nnz) if deferred and run is not None else None
     return Tensor._trusted(t.shape, fmt, out_val, (None, out_ptr), (None, out_idx), owed)
+
+
+def _transpose_by_cusparse(
+    indptr: Any, indices: Any, data: Any, n: int, deferred: bool, cuda_type: int
+) -> tuple[Any, Any, Any, _Sanitized | None]:
+    """cuSPARSE's ``csr2cscEx2`` of the CSR arrays given into new CSC arrays (``indptr`` of
+    ``n + 1``), queued on the current stream; ``deferred``: on sanitized copies, whose checks'
+    answer is returned with them."""
+    import cupy
+    from cupy_backends.cuda.libs import cusparse
+
+    m, nnz = int(indptr.shape[0]) - 1, int(indices.shape[0])
+    copies, ptr_of, idx_of = None, indptr.data.ptr, indices.data.ptr
+    if deferred:  # checks queued, the library given sound copies; the answer owed to the result
+        copies = _Sanitized(indptr, indices, n)
+        ptr_of, idx_of = copies.indptr_ptr, copies.indices_ptr
+    out_val = cupy.empty(nnz, dtype=data.dtype)
+    out_idx = cupy.empty(nnz, dtype=np.int32)
+    if nnz == 0:
+        return cupy.zeros(n + 1, dtype=np.int32), out_idx, out_val, copies
+    out_ptr = cupy.empty(n + 1, dtype=np.int32)
+    handle = cupy.cuda.device.get_cusparse_handle()
+    cusparse.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    args: tuple[Any, ...] = (handle, m, n, nnz, data.data.ptr, ptr_of, idx_of)
+    args += (out_val.data.ptr, out_ptr.data.ptr, out_idx.data.ptr, cuda_type)
+    args += (cusparse.CUSPARSE_ACTION_NUMERIC, cusparse.CUSPARSE_INDEX_BASE_ZERO)
+    args += (cusparse.CUSPARSE_CSR2CSC_ALG1,)
+    work = cupy.empty(max(1, cusparse.csr2cscEx2_bufferSize(*args)), dtype=np.int8)
+    cusparse.csr2cscEx2(*args, work.data.ptr)
+    return out_ptr, out_idx, out_val, copies
