@@ -39,6 +39,7 @@ _SUPPORTED = (
 def _convert(t: Tensor, fmt: Format, **kwargs: Any) -> Tensor:
     from ust.convert.routes import convert
 
+    CONVERSIONS["convert"] = convert  # imported now: later calls go straight to it
     return convert(t, fmt, **kwargs)
 
 

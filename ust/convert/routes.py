@@ -235,7 +235,7 @@ def convert(
                 max_padding=max_padding,
                 source_index_dtype=t.index_dtype,
             )
-    want = itype or default_index_dtype(t.index_dtype, fmt, t.shape, _largest_count(out))
+    want = itype or _result_index_dtype(t.index_dtype, fmt, t.shape, out)
     if want != out.index_dtype:
         out = _cast_index(out, want)
     if log.isEnabledFor(logging.INFO):
@@ -251,12 +251,21 @@ def convert(
     return out
 
 
+def _result_index_dtype(source: np.dtype, fmt: Format, shape: tuple[int, ...], out: Tensor) -> np.dtype:
+    """The default rule's index dtype of a conversion's result (:func:`default_index_dtype`),
+    its buffers measured only where the rule reads them (an int32 source)."""
+    if source == np.int64:
+        return np.dtype(np.int64)
+    return default_index_dtype(source, fmt, shape, _largest_count(out))
+
+
 def _largest_count(t: Tensor, *, with_pos: bool = True) -> int:
     """The largest length of ``t``'s value and coordinate buffers (it bounds every position a
     ``pos`` buffer holds) and, ``with_pos``, of its ``pos`` buffers too (the count the default
     rule sizes kernels' position arithmetic by)."""
-    held = t._named_buffers()  # sizes only: a deferred check (a GPU synchronisation) is not run
-    return max(int(a.size) for name, a in held.items() if with_pos or not name.startswith("pos"))
+    # the buffers as held, sizes only: a deferred check (a GPU synchronisation) is not run
+    held = [t._values, *t._crd, *(t._pos if with_pos else ())]
+    return max(int(a.size) for a in held if a is not None)
 
 
 def _cast_index(t: Tensor, itype: np.dtype) -> Tensor:

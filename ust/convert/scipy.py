@@ -94,7 +94,7 @@ _UNSIGNED: dict[np.dtype[Any], np.dtype[Any]] = {
 def _below(c: Any, hi: int) -> bool:
     """Every entry of the int32/int64 array ``c`` lies in ``[0, hi)``: one NumPy pass, no Python
     loop (read as unsigned, a negative index is a huge one)."""
-    return not c.shape[0] or int(c.view(_UNSIGNED[c.dtype]).max()) < hi
+    return not c.shape[0] or int(np.maximum.reduce(c.view(_UNSIGNED[c.dtype]))) < hi
 
 
 def _plain(*arrays: Any) -> np.dtype | None:
@@ -124,7 +124,8 @@ def _owed_compressed(shape: tuple[int, ...], fmt: Format, pos: tuple, crd: tuple
 
 def _sound(indptr: np.ndarray, crd: np.ndarray, n: int) -> bool:
     """``indptr`` non-decreasing and every index in ``[0, n)``: one NumPy reduction each."""
-    return not (indptr.shape[0] > 2 and bool((indptr[1:] < indptr[:-1]).any())) and _below(crd, n)
+    decreasing = indptr.shape[0] > 2 and bool(np.logical_or.reduce(indptr[1:] < indptr[:-1]))
+    return not decreasing and _below(crd, n)
 
 
 def _trusted_compressed(A: Any, shape: tuple[int, ...]) -> Tensor | None:

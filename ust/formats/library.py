@@ -346,10 +346,17 @@ def resolve(fmt: Any, *, blocksize: Any = None) -> Format:
     if isinstance(fmt, Format):
         return fmt
     if isinstance(fmt, str):
-        return format(_standard_spelling(fmt))
+        return _resolved_text(fmt)
     raise InvalidTypeError(
         f"a format must be a ust Format, a standard name or DSL text, not {type(fmt).__name__}"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved_text(text: str) -> Format:
+    """:func:`resolve` of a string, kept: one-shot calls name their format anew every call.
+    Errors are not kept (an lru cache stores only results), so bad text raises every time."""
+    return format(_standard_spelling(text))
 
 
 def _standard_spelling(text: str) -> str:

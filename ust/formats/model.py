@@ -277,6 +277,18 @@ class Format:
             self.__dict__["_hash"] = h  # a frozen dataclass: written past __setattr__
         return int(h)
 
+    def __eq__(self, other: object) -> bool:
+        """The dataclass equality of the compared fields, after the cached hashes: formats are
+        compared on every conversion and plan, and two different formats almost never share a
+        hash, so most comparisons end there instead of walking the levels."""
+        if self is other:
+            return True
+        if not isinstance(other, Format):
+            return NotImplemented
+        if hash(self) != hash(other):
+            return False
+        return self.ndim == other.ndim and self.levels == other.levels
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickled state without the caches (string hashes differ between processes)."""
         return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_bounds")}

@@ -53,17 +53,17 @@ def _layout_name(fmt: Format) -> tuple[str, bool]:
 def convert_problem(t: Any, fmt: Format) -> ConvertProblem:
     """What the planner knows about ``t.convert(fmt)``: the same facts give the same (cached)
     problem, so a repeated conversion does no planner work."""
+    return _convert_problem(*_facts(t, fmt))
+
+
+def _facts(t: Any, fmt: Format) -> tuple[Any, ...]:
+    """The facts of ``t.convert(fmt)`` the problem is built from (the caches' key)."""
     on_gpu = t.device != "cpu"
-    return _convert_problem(
-        t.format,
-        fmt,
-        on_gpu,
-        np.dtype(t.dtype),
-        np.dtype(t.index_dtype),
-        t.ndim,
-        max(t.shape, default=0),
-        max(t.nse_bound, *t.shape) < 2**31 and (not on_gpu or np.dtype(t.dtype) in CUPYX_DTYPES),
-    )
+    dtype = t.dtype
+    shape = t.shape
+    largest = max(shape, default=0)
+    fits_int32 = max(t.nse_bound, largest) < 2**31 and (not on_gpu or dtype in CUPYX_DTYPES)
+    return (t.format, fmt, on_gpu, dtype, t.index_dtype, len(shape), largest, fits_int32)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -187,18 +187,18 @@ del _name, _build
 def plan_convert(t: Any, fmt: Format, route: str | None = None) -> tuple[list[ConvertStep], Decision]:
     """The steps of ``t.convert(fmt)`` and the decision behind them (``route=`` forces one of the
     candidates; ``"general"`` is one for every conversion)."""
-    p = convert_problem(t, fmt)
-    if route is None:  # the steps follow from the problem and the two formats: planned once
-        steps, d = _planned(p, t.format, fmt)
+    facts = _facts(t, fmt)
+    if route is None:  # the steps follow from the facts: planned once
+        steps, d = _planned(*facts)
         return list(steps), d
-    d = choose(p, route)  # every conversion logs on ust.convert already
+    d = choose(_convert_problem(*facts), route)  # every conversion logs on ust.convert already
     return _steps(d, t.format, fmt), d
 
 
 @functools.lru_cache(maxsize=1024)
-def _planned(p: ConvertProblem, source: Format, fmt: Format) -> tuple[list[ConvertStep], Decision]:
-    d = decide(p)
-    return _steps(d, source, fmt), d
+def _planned(source: Format, fmt: Format, *facts: Any) -> tuple[tuple[ConvertStep, ...], Decision]:
+    d = decide(_convert_problem(source, fmt, *facts))
+    return tuple(_steps(d, source, fmt)), d
 
 
 def _steps(d: Decision, source: Format, fmt: Format) -> list[ConvertStep]:
