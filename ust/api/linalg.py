@@ -307,7 +307,10 @@ def _canonical(m: Any, dtype: np.dtype, space: ExecutionSpace) -> _Csr:
         if c.indptr is m.indptr and c.indices is m.indices and c.data is m.data:
             c.matrix = m
         return c
-    return _Csr(m.indptr, m.indices, data, m.shape[0], np)
+    c = _Csr(m.indptr, m.indices, data, m.shape[0], np)
+    if data is m.data:  # the full matrix is ``m`` itself: no second SciPy object around the arrays
+        c.matrix = m
+    return c
 
 
 def _row_ids(c: _Csr) -> Any:
@@ -347,6 +350,17 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
     return sparse.coo_matrix((v, (r, k)), shape=(c.n, c.n)).tocsr()
 
 
+def _no_empty_line(full: Any) -> bool:
+    """Every row and every column of a SciPy CSR ``full`` holds a stored value, and none is
+    zero (where one is, :func:`_empty_lines` looks closer)."""
+    indptr = full.indptr
+    if not bool(np.logical_and.reduce(full.data != 0)):
+        return False
+    if bool(np.logical_or.reduce(indptr[1:] == indptr[:-1])):
+        return False
+    return bool(np.logical_and.reduce(np.bincount(full.indices, minlength=full.shape[1]) != 0))
+
+
 def _empty_lines(full: Any, xp: Any) -> tuple[Any, Any]:
     """Indices of rows and of columns of ``full`` without a nonzero value."""
     nz = full.data != 0
@@ -363,6 +377,8 @@ def _empty_lines(full: Any, xp: Any) -> tuple[Any, Any]:
 
 def _check_nonsingular_structure(full: Any, xp: Any) -> None:
     """SingularMatrixError naming the first empty row / column, before any factorisation."""
+    if xp is np and _no_empty_line(full):  # the usual case, in four NumPy calls
+        return
     rows, cols = _empty_lines(full, xp)
     for what, lines in (("row", rows), ("column", cols)):
         if int(lines.size):

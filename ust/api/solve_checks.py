@@ -29,12 +29,48 @@ _F64 = frozenset({np.dtype(np.float64), np.dtype(np.complex128)})
 
 
 def _row_sums_max(a: Any) -> float:
-    """``max_i sum_j |a_ij|`` of a canonical float64 / complex128 SciPy CSR in NumPy passes: each row
-    summed from 0.0 in storage order, as SciPy's ``abs(a) @ ones`` does (the same float), without
-    its two sparse constructions."""
+    """``max_i sum_j |a_ij|`` of a canonical float64 / complex128 SciPy CSR: SciPy's own product
+    kernel (``csr_matvec``, each row summed from 0.0 in storage order) on the magnitudes and a
+    vector of ones -- the same float as ``abs(a) @ ones``, without its two sparse constructions
+    and dispatch (``bincount`` where this SciPy has no such kernel)."""
+    n_row, n_col = a.shape
     nnz = int(a.indptr[-1])
-    rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
-    return float(np.bincount(rows, weights=np.abs(a.data[:nnz]), minlength=a.shape[0]).max())
+    mags = np.abs(a.data[:nnz])
+    if _CSR_MATVEC is None:  # pragma: no cover - another SciPy layout
+        rows = np.repeat(np.arange(n_row), np.diff(a.indptr))
+        return float(np.bincount(rows, weights=mags, minlength=n_row).max())
+    sums = np.zeros(n_row, dtype=mags.dtype)
+    _CSR_MATVEC(n_row, n_col, a.indptr, a.indices[:nnz], mags, np.ones(n_col, dtype=mags.dtype), sums)
+    return float(sums.max())
+
+
+def _product(a: Any, v: np.ndarray) -> np.ndarray:
+    """``a @ v`` of a SciPy CSR and a vector of its value dtype by the kernel SciPy's product
+    calls (``csr_matvec``, the same float), without SciPy's operator dispatch; SciPy's ``@``
+    for anything else."""
+    if (
+        _CSR_MATVEC is None
+        or a.format != "csr"
+        or v.dtype != a.data.dtype
+        or a.indices.dtype != a.indptr.dtype
+        or not v.flags.c_contiguous
+    ):
+        return a @ v
+    y = np.zeros(a.shape[0], dtype=v.dtype)
+    _CSR_MATVEC(a.shape[0], a.shape[1], a.indptr, a.indices, a.data, v, y)
+    return y
+
+
+def _sparsetools_matvec() -> Any:
+    """SciPy's compiled CSR product ``y += A x`` (``csr_matvec``), or None where it has none."""
+    try:
+        from scipy.sparse._sparsetools import csr_matvec
+    except ImportError:  # pragma: no cover - another SciPy layout
+        return None
+    return csr_matvec
+
+
+_CSR_MATVEC: Any = _sparsetools_matvec()
 
 
 def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = None) -> float:
@@ -48,7 +84,7 @@ def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = 
     if x.shape[1] == 1 and x.size and (xp is np or a.format == "csr"):  # one right-hand side: three maxima
         if xp is np:
             xv, bv = x[:, 0], b[:, 0]
-            r_max, x_max, b_max = (float(np.abs(v).max()) for v in (bv - a @ xv, xv, bv))
+            r_max, x_max, b_max = (float(np.abs(v).max()) for v in (bv - _product(a, xv), xv, bv))
         else:  # two kernels, one transfer
             from ust.backends.cuda.residual import residual_maxima
 

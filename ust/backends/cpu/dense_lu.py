@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,13 @@ from scipy.linalg import lapack
 from ust.runtime.errors import UstError
 
 __all__ = ["HostLapack"]
+
+
+@functools.cache
+def _lapack(name: str, dtype: np.dtype) -> Any:
+    """SciPy's LAPACK routine ``name`` for ``dtype``, looked up once (SciPy's lookup inspects the
+    arrays each call: a tenth of a small solve)."""
+    return lapack.get_lapack_funcs(name, dtype=dtype)
 
 
 class HostLapack:
@@ -27,7 +35,7 @@ class HostLapack:
         return full.toarray().T
 
     def getrf(self, a: Any, count_swaps: bool) -> tuple[Any, Any, int, int, float]:
-        getrf = lapack.get_lapack_funcs("getrf", (a,))
+        getrf = _lapack("getrf", a.dtype)
         lu, piv, info = getrf(a, overwrite_a=True)
         if info < 0:
             raise UstError(f"LAPACK {getrf.typecode}getrf rejected argument {-info}")
@@ -36,7 +44,7 @@ class HostLapack:
         return lu, piv, int(info), swaps, smallest
 
     def getrs(self, lu: Any, piv: Any, b: Any) -> Any:
-        getrs = lapack.get_lapack_funcs("getrs", (lu,))
+        getrs = _lapack("getrs", lu.dtype)
         x, info = getrs(lu, piv, b, trans=1, overwrite_b=False)  # (Aᵀ)ᵀ x = b
         if info != 0:
             raise UstError(f"LAPACK {getrs.typecode}getrs rejected argument {-info}")
@@ -44,7 +52,7 @@ class HostLapack:
 
     def rcond(self, lu: Any, piv: Any, norm_inf: float) -> float:
         """LAPACK's ``gecon`` in the 1-norm of the factored ``Aᵀ``: the infinity norm of ``A``."""
-        gecon = lapack.get_lapack_funcs("gecon", (lu,))
+        gecon = _lapack("gecon", lu.dtype)
         rcond, info = gecon(lu, norm_inf, norm="1")
         if info != 0:
             raise UstError(f"LAPACK {gecon.typecode}gecon rejected argument {-info}")
