@@ -269,6 +269,14 @@ def test_import_ust_loads_no_gpu_package_and_no_native_library() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_import_ust_leaves_scipy_sparse_unloaded() -> None:
+    """scipy.sparse costs ~150 ms to import: it is loaded by the first route that needs it (a
+    module-level lookup of one of its kernels once pulled it into ``import ust``)."""
+    code = "import sys, ust\nprint([m for m in sys.modules if m.startswith('scipy.sparse')])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
 def test_tensor_tables_are_filled_by_import_ust() -> None:
     import ust  # noqa: F401
     from ust.tensor import dispatch

@@ -5,6 +5,7 @@ into ``SingularMatrixError`` / ``SolverAccuracyError`` -- one rule for every rou
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,12 @@ def _row_sums_max(a: Any) -> float:
     n_row, n_col = a.shape
     nnz = int(a.indptr[-1])
     mags = np.abs(a.data[:nnz])
-    if _CSR_MATVEC is None:  # pragma: no cover - another SciPy layout
+    matvec = _csr_matvec()
+    if matvec is None:  # pragma: no cover - another SciPy layout
         rows = np.repeat(np.arange(n_row), np.diff(a.indptr))
         return float(np.bincount(rows, weights=mags, minlength=n_row).max())
     sums = np.zeros(n_row, dtype=mags.dtype)
-    _CSR_MATVEC(n_row, n_col, a.indptr, a.indices[:nnz], mags, np.ones(n_col, dtype=mags.dtype), sums)
+    matvec(n_row, n_col, a.indptr, a.indices[:nnz], mags, np.ones(n_col, dtype=mags.dtype), sums)
     return float(sums.max())
 
 
@@ -48,8 +50,9 @@ def _product(a: Any, v: np.ndarray) -> np.ndarray:
     """``a @ v`` of a SciPy CSR and a vector of its value dtype by the kernel SciPy's product
     calls (``csr_matvec``, the same float), without SciPy's operator dispatch; SciPy's ``@``
     for anything else."""
+    matvec = _csr_matvec()
     if (
-        _CSR_MATVEC is None
+        matvec is None
         or a.format != "csr"
         or v.dtype != a.data.dtype
         or a.indices.dtype != a.indptr.dtype
@@ -57,20 +60,19 @@ def _product(a: Any, v: np.ndarray) -> np.ndarray:
     ):
         return a @ v
     y = np.zeros(a.shape[0], dtype=v.dtype)
-    _CSR_MATVEC(a.shape[0], a.shape[1], a.indptr, a.indices, a.data, v, y)
+    matvec(a.shape[0], a.shape[1], a.indptr, a.indices, a.data, v, y)
     return y
 
 
-def _sparsetools_matvec() -> Any:
-    """SciPy's compiled CSR product ``y += A x`` (``csr_matvec``), or None where it has none."""
+@functools.cache
+def _csr_matvec() -> Any:
+    """SciPy's compiled CSR product ``y += A x`` (``csr_matvec``), or None where it has none;
+    looked up on first use, so ``import ust`` does not import ``scipy.sparse``."""
     try:
         from scipy.sparse._sparsetools import csr_matvec
     except ImportError:  # pragma: no cover - another SciPy layout
         return None
     return csr_matvec
-
-
-_CSR_MATVEC: Any = _sparsetools_matvec()
 
 
 def backward_error(a: Any, x: Any, b: Any, xp: Any = np, norm_a: float | None = None) -> float:
