@@ -31,7 +31,6 @@ so user names never collide with each other or with C keywords.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +62,7 @@ from ust.codegen.ir import (
 )
 from ust.codegen.levels import index_add, index_const, index_mul
 from ust.codegen.notation import IndexExpr
+from ust.codegen.record import replace
 from ust.codegen.semiring import Semiring, add_ir, mul_ir
 from ust.runtime.errors import UnsupportedError
 
@@ -592,7 +592,7 @@ class _Lowerer:
         for n in loops:
             lp = out[n]
             assert isinstance(lp, Loop)
-            out[n] = dataclasses.replace(lp, reduce="acc")
+            out[n] = replace(lp, reduce="acc")
         return out
 
     def row_open(self) -> list[Stmt]:
@@ -823,8 +823,8 @@ class _Lowerer:
         if any(x.name in free_names(il.lo) | free_names(il.hi) for x in lets):
             return lp
         self.flat.append(v)
-        il = dataclasses.replace(il, parallel=True, tag="cols")
-        return dataclasses.replace(lp, body=Block((*lets, self._flatten(il))))
+        il = replace(il, parallel=True, tag="cols")
+        return replace(lp, body=Block((*lets, self._flatten(il))))
 
     def kernel(self, name: str) -> Kernel:
         body = self.nest(

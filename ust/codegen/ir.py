@@ -14,7 +14,8 @@ non-negative operands, so C's truncating ``/`` agrees with Python's floor divisi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+from ust.codegen.record import Record, field
 
 __all__ = [
     "Accumulate",
@@ -68,31 +69,27 @@ UN_OPS = ("-", "!")
 # ----------------------------------------------------------------------------- expressions
 
 
-@dataclass(frozen=True)
-class Const:
+class Const(Record):
     """A literal of kind ``"index"``, ``"value"`` or ``"bool"``."""
 
     value: int | float | complex | bool
     kind: str = "index"
 
 
-@dataclass(frozen=True)
-class Var:
+class Var(Record):
     """A named scalar: a parameter, a loop variable, a let or a declared mutable scalar."""
 
     name: str
 
 
-@dataclass(frozen=True)
-class Load:
+class Load(Record):
     """``buf[index]`` (buffers are flat; the index is in elements)."""
 
     buf: str
     index: Expr
 
 
-@dataclass(frozen=True)
-class Bin:
+class Bin(Record):
     op: str
     a: Expr
     b: Expr
@@ -102,8 +99,7 @@ class Bin:
             raise ValueError(f"unknown binary operator {self.op!r}")
 
 
-@dataclass(frozen=True)
-class Un:
+class Un(Record):
     op: str
     a: Expr
 
@@ -112,8 +108,7 @@ class Un:
             raise ValueError(f"unknown unary operator {self.op!r}")
 
 
-@dataclass(frozen=True)
-class Select:
+class Select(Record):
     """``cond ? a : b`` (only the chosen side is evaluated, so it may guard a load)."""
 
     cond: Expr
@@ -127,13 +122,11 @@ Expr = Const | Var | Load | Bin | Un | Select
 # ----------------------------------------------------------------------------- statements
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(Record):
     body: tuple[Stmt, ...] = ()
 
 
-@dataclass(frozen=True)
-class Let:
+class Let(Record):
     """Declare an immutable scalar ``name = value`` of ``kind`` for the rest of the block."""
 
     name: str
@@ -141,8 +134,7 @@ class Let:
     kind: str = "index"
 
 
-@dataclass(frozen=True)
-class Decl:
+class Decl(Record):
     """Declare a mutable scalar (an accumulator) initialised to ``value``."""
 
     name: str
@@ -150,16 +142,14 @@ class Decl:
     kind: str = "value"
 
 
-@dataclass(frozen=True)
-class Assign:
+class Assign(Record):
     """``name = value`` for a :class:`Decl` scalar."""
 
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
-class Loop:
+class Loop(Record):
     """``for var in [lo, hi)``.
 
     ``parallel``: iterations are independent (the emitters map them to threads).
@@ -178,16 +168,14 @@ class Loop:
     reduce: str | None = None
 
 
-@dataclass(frozen=True)
-class While:
+class While(Record):
     """``while cond: body`` (co-iteration of sorted levels: the two-pointer merge)."""
 
     cond: Expr
     body: Block
 
 
-@dataclass(frozen=True)
-class Sort:
+class Sort(Record):
     """Sort the index buffer slice ``buf[lo:hi]`` ascending (a workspace's touched list)."""
 
     buf: str
@@ -195,15 +183,13 @@ class Sort:
     hi: Expr
 
 
-@dataclass(frozen=True)
-class If:
+class If(Record):
     cond: Expr
     then: Block
     orelse: Block | None = None
 
 
-@dataclass(frozen=True)
-class Store:
+class Store(Record):
     """``buf[index] = value``."""
 
     buf: str
@@ -211,8 +197,7 @@ class Store:
     value: Expr
 
 
-@dataclass(frozen=True)
-class Accumulate:
+class Accumulate(Record):
     """``buf[index] += value``; ``atomic`` when other iterations may write the same slot."""
 
     buf: str
@@ -226,8 +211,7 @@ class Accumulate:
 Stmt = Block | Let | Decl | Assign | Loop | While | If | Store | Accumulate | Sort
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(Record):
     """A kernel parameter.
 
     ``kind``: ``"ibuf"`` (an index buffer of dtype ``dtype``), ``"vbuf"`` (a value buffer),
@@ -240,8 +224,7 @@ class Param:
     const: bool = True
 
 
-@dataclass(frozen=True)
-class Kernel:
+class Kernel(Record):
     """One lowered operation: an optional init pass (fills the output) and the main pass."""
 
     name: str

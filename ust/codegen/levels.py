@@ -22,10 +22,10 @@ else the ``S{k}`` parameter) and ``lo`` its lower bound (0, or ``L{k}`` for a di
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from ust.codegen.ir import Bin, Const, Expr, Let, Load, Stmt, Var
+from ust.codegen.record import Record
 from ust.formats.model import Dim, FloorDiv, Format, Level, LevelFormat, Mod, Sub
 from ust.runtime.errors import UnsupportedError
 
@@ -80,8 +80,7 @@ def index_mul(a: Expr, b: Expr) -> Expr:
 _mul = index_mul
 
 
-@dataclass(frozen=True)
-class Iteration:
+class Iteration(Record):
     """How a level is walked under its parent position.
 
     ``var`` is the loop variable over ``[lo, hi)`` (None: no loop, the level is one entry per

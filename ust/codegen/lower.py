@@ -38,7 +38,7 @@ import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ust.codegen.ir import (
     Accumulate,
@@ -62,6 +62,7 @@ from ust.codegen.ir import (
     free_names,
 )
 from ust.codegen.levels import _add, _c, _mul, _sub, walker, walkers
+from ust.codegen.record import Record, replace
 from ust.formats.model import Add, Dim, FloorDiv, Format, LevelFormat, Mod, Sub
 from ust.runtime.errors import UnsupportedError
 
@@ -151,8 +152,7 @@ def loads_under_padding(fmt: Format) -> bool:
 # ----------------------------------------------------------------------------- plans
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Record):
     """``kind``: ``"batch"`` (all batch levels, one flattened loop), ``"dim"`` (a synthetic
     loop over output dimension ``arg``), ``"iter"`` / ``"locate"`` (level ``arg``)."""
 
@@ -160,8 +160,7 @@ class Step:
     arg: int = -1
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     """How a format is walked for an op (see the module docstring)."""
 
     order: str  # "storage" | "outer"
@@ -177,8 +176,7 @@ class Plan:
         return not self.owned
 
 
-@dataclass(frozen=True)
-class Solved:
+class Solved(Record):
     """What :func:`solve_dims` derived: every known dimension's index, the lets that bind
     the new ones, and the new ones found through a diagonal (in order), which need a check."""
 
@@ -403,8 +401,7 @@ def kernel_name(
 # ----------------------------------------------------------------------------- kernel info
 
 
-@dataclass(frozen=True)
-class KernelInfo:
+class KernelInfo(Record):
     """What launchers need to know about a lowered kernel (stored in ``Kernel.meta``)."""
 
     op: str
