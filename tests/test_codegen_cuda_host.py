@@ -18,6 +18,7 @@ from tests.codegen_cases import ALL_2D, ALL_3D, ALL_BATCHED, check, inputs, is_b
 from ust.backends.cuda.nvrtc import find_nvrtc
 from ust.codegen import interpret
 from ust.codegen.emit_cuda import init_params, kernel_params
+from ust.codegen.record import replace
 
 
 class FakeArray(np.ndarray):
@@ -61,10 +62,10 @@ class _Function:
         k = ck.kernel
         if self.name.endswith("_init"):
             params = init_params(k)
-            k = dataclasses.replace(k, body=k.init, init=None, params=params)
+            k = replace(k, body=k.init, init=None, params=params)
         else:
             params = kernel_params(k)
-            k = dataclasses.replace(k, init=None)
+            k = replace(k, init=None)
         assert len(args) == len(params)
         named = {}
         for p, a in zip(params, args):
