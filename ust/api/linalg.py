@@ -350,44 +350,33 @@ def _full_matrix(c: _Csr, view: str, hermitian: bool) -> Any:
     return sparse.coo_matrix((v, (r, k)), shape=(c.n, c.n)).tocsr()
 
 
-def _no_empty_line(full: Any) -> bool:
-    """Every row and every column of a SciPy CSR ``full`` holds a stored value, and none is
-    zero (where one is, :func:`_empty_lines` looks closer)."""
-    indptr = full.indptr
-    if not bool(np.logical_and.reduce(full.data != 0)):
-        return False
-    if bool(np.logical_or.reduce(indptr[1:] == indptr[:-1])):
-        return False
-    return bool(np.logical_and.reduce(np.bincount(full.indices, minlength=full.shape[1]) != 0))
-
-
-def _empty_lines(full: Any, xp: Any) -> tuple[Any, Any]:
-    """Indices of rows and of columns of ``full`` without a nonzero value."""
+def _line_counts(full: Any, xp: Any) -> tuple[Any, Any]:
+    """Nonzero values in each row and in each column of ``full``."""
     nz = full.data != 0
     indptr, indices = full.indptr, full.indices
-    if xp is np and bool(nz.all()):  # no stored zeros (the usual case): the row pointer says it
+    if xp is np and int(np.count_nonzero(nz)) == nz.size:  # no stored zeros: the row pointer says it
         rows = indptr[1:] - indptr[:-1]
     else:
         counts = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(nz, dtype=np.int64)])
         rows = counts[indptr[1:]] - counts[indptr[:-1]]
         indices = indices[nz]
-    cols = xp.bincount(indices, minlength=full.shape[0])
-    return xp.flatnonzero(rows == 0), xp.flatnonzero(cols == 0)
+    return rows, xp.bincount(indices, minlength=full.shape[0])
 
 
 def _check_nonsingular_structure(full: Any, xp: Any) -> None:
-    """SingularMatrixError naming the first empty row / column, before any factorisation."""
-    if xp is np and _no_empty_line(full):  # the usual case, in four NumPy calls
-        return
-    rows, cols = _empty_lines(full, xp)
-    for what, lines in (("row", rows), ("column", cols)):
-        if int(lines.size):
-            first = int(lines[0])
-            more = f" ({int(lines.size)} such {what}s in all)" if int(lines.size) > 1 else ""
-            raise SingularMatrixError(
-                f"the matrix is singular: {what} {first} has no nonzero entry{more}",
-                row=first if what == "row" else None,
-            )
+    """SingularMatrixError naming the first empty row / column, before any factorisation; the
+    lines are looked for only where a count is 0 (the usual case is two counts)."""
+    rows, cols = _line_counts(full, xp)
+    for what, counts in (("row", rows), ("column", cols)):
+        if int(xp.count_nonzero(counts)) == counts.size:
+            continue
+        lines = xp.flatnonzero(counts == 0)
+        first = int(lines[0])
+        more = f" ({int(lines.size)} such {what}s in all)" if int(lines.size) > 1 else ""
+        raise SingularMatrixError(
+            f"the matrix is singular: {what} {first} has no nonzero entry{more}",
+            row=first if what == "row" else None,
+        )
 
 
 def _structural_diagnosis(full: Any) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ust.runtime.xp import import_cupy
 
-__all__ = ["BAD", "DUPLICATE", "BitmapTranspose", "fits", "transpose_by_bitmaps"]
+__all__ = ["BAD", "DUPLICATE", "ROW_SPAN_CUDA", "BitmapTranspose", "fits", "transpose_by_bitmaps"]
 
 #: answer flag bits: a check failed (the source's own check words the error) ...
 BAD = 1
@@ -54,17 +54,23 @@ _CARRIER = {
     16: "ulonglong2",
 }
 
-_SOURCE = r"""
-#define UST_FULL 0xffffffffu
-
-// a row's [lo, hi): false (and an empty row) where indptr is unsound there
+#: CUDA: a row's ``[lo, hi)`` in a CSR's index array, or false (and an empty row) where
+#: ``indptr`` is unsound there (negative, decreasing, past the end): the bounds rule of every
+#: kernel that checks a CSR as it reads (these, and ``ust.backends.cuda.merge_kernels``)
+ROW_SPAN_CUDA = r"""
 template <typename I>
-__device__ __forceinline__ bool ust_row(const I* indptr, long long r, long long nidx, long long& lo, long long& hi) {
+__device__ __forceinline__ bool ust_span(const I* indptr, long long r, long long nidx, long long& lo, long long& hi) {
     lo = (long long)indptr[r];
     hi = (long long)indptr[r + 1];
     if (lo < 0 || hi < lo || hi > nidx) { lo = 0; hi = 0; return false; }
     return true;
 }
+"""
+
+_SOURCE = (
+    ROW_SPAN_CUDA
+    + r"""
+#define UST_FULL 0xffffffffu
 
 template <typename I>
 __global__ void ust_transpose_mark(const I* indptr, const I* indices, long long m, long long nidx,
@@ -77,7 +83,7 @@ __global__ void ust_transpose_mark(const I* indptr, const I* indices, long long 
     }
     if (r >= m) return;
     long long lo, hi;
-    if (!ust_row(indptr, r, nidx, lo, hi)) { if (lane == 0) atomicOr(&answer[0], 1ULL); return; }
+    if (!ust_span(indptr, r, nidx, lo, hi)) { if (lane == 0) atomicOr(&answer[0], 1ULL); return; }
     const unsigned int bit = 1u << (r & 31);
     unsigned int* words = bits + (r >> 5) * n;
     unsigned long long flags = 0;
@@ -146,7 +152,7 @@ __global__ void ust_transpose_fill(const I* indptr, const I* indices, const V* d
     const int lane = threadIdx.x & 31;
     if (r >= m) return;
     long long lo, hi;
-    if (!ust_row(indptr, r, nidx, lo, hi)) return;
+    if (!ust_span(indptr, r, nidx, lo, hi)) return;
     const unsigned int below = (1u << (r & 31)) - 1u;
     const long long row_words = (r >> 5) * n;
     for (long long p = lo + lane; p < hi; p += 32) {
@@ -161,6 +167,7 @@ __global__ void ust_transpose_fill(const I* indptr, const I* indices, const V* d
     }
 }
 """
+)
 
 
 def fits(m: int, n: int, nidx: int) -> bool:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ust.codegen.emit_compute_cuda import COMPUTE_CUDA_VALUE
+from ust.convert.gpu_transpose import ROW_SPAN_CUDA
 
 __all__ = ["MERGE_OPS", "MERGE_VALUES", "MergeResult", "merge_compressed"]
 
@@ -48,24 +49,15 @@ _BLOCK = 1024  # 32 warps: 32 rows a block
 _ROWS = 32
 _SCAN_BLOCK = 1024
 
-_SOURCE = r"""
-#include <cupy/complex.cuh>
-
+_SOURCE = (
+    "#include <cupy/complex.cuh>\n"
+    + ROW_SPAN_CUDA
+    + r"""
 template <typename T>
 __device__ __forceinline__ T ust_combine(int op, T x, T y) {
     if (op == 0) return (T)(x + y);
     if (op == 1) return (T)(x - y);
     return (T)(x * y);
-}
-
-// a row's [lo, hi) in its index array; an unsound one (negative, decreasing, past the end)
-// is read as empty and reported
-template <typename I>
-__device__ __forceinline__ bool ust_span(const I* p, long long r, long long nidx, long long& lo, long long& hi) {
-    lo = (long long)p[r];
-    hi = (long long)p[r + 1];
-    if (lo < 0 || hi < lo || hi > nidx) { lo = 0; hi = 0; return false; }
-    return true;
 }
 
 // the merge path: how many of A's entries come among the first d of the merged row (ties: A
@@ -220,6 +212,7 @@ __global__ void ust_merge_fill(const I* ap, const I* ai, const T* ad, const I* b
     ust_lane_merge<I, T, true>(op, ai, ad, a0, a1, bi, bd, b0, b1, lane, ci, cd, start + incl - mine, end);
 }
 """
+)
 
 
 @functools.cache
